@@ -1,0 +1,113 @@
+// swift-tools-version:6.2
+// Courier: purchased-content delivery on Linux (see ../shared/DESIGN.md for the map).
+
+import PackageDescription
+
+/// Every target of ours: Swift 6 language mode (the tools-version default) and warnings as errors.
+let strict: [SwiftSetting] = [
+    .treatAllWarnings(as: .error),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Courier",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "Courier", targets: ["Courier"]),
+        .executable(name: "courier", targets: ["CourierCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"4.0.0"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+    ],
+    targets: [
+        // C bridges: module maps plus `static inline` typed shims, no logic.
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CArchive",
+            pkgConfig: "libarchive",
+            providers: [.apt(["libarchive-dev"])]
+        ),
+        // The library others import. Only Transfer/ imports CCurl and only Packages/ imports
+        // CArchive; `.ci/run` checks that rule.
+        .target(
+            name: "Courier",
+            dependencies: [
+                "CCurl",
+                "CArchive",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // The origin behind `courier serve`; Hummingbird stays out of the client library.
+        .target(
+            name: "CourierServer",
+            dependencies: [
+                "Courier",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // The `courier` executable: one file per subcommand, only public API of the libraries.
+        .executableTarget(
+            name: "CourierCLI",
+            dependencies: [
+                "Courier",
+                "CourierServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // Real servers on loopback for the tests: nginx, the fault-injecting origin, fixtures.
+        .target(
+            name: "CourierTestSupport",
+            dependencies: [
+                "Courier",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Tests/CourierTestSupport",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "CourierTests",
+            dependencies: [
+                "Courier",
+                "CourierTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "CourierServerTests",
+            dependencies: [
+                "Courier",
+                "CourierServer",
+                "CourierTestSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            swiftSettings: strict
+        ),
+    ]
+)

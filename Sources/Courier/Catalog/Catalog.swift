@@ -1,0 +1,134 @@
+import Foundation
+
+/// The catalog: which hosted content each product unlocks (DESIGN.md, "Catalog").
+///
+/// ```json
+/// { "bundleId": "com.example.app",
+///   "products": [
+///     { "productId": "com.example.levels.pack1", "type": "nonConsumable",
+///       "content": { "url": "pack1.zip", "sha256": "<hex>", "length": 1001100,
+///                    "version": "1.0", "placement": "documents" } },
+///     { "productId": "com.example.magazine", "type": "autoRenewable",
+///       "items": [ { "itemId": "2026-02", "publishedAt": "2026-02-01T00:00:00Z",
+///                    "content": { ... } } ] } ] }
+/// ```
+/// `url` may be relative to the catalog's own URL. `type` defaults to `nonConsumable`.
+/// Subscription products list their issues under `items`, each with a publication date; the
+/// entitlement rules decide which items a purchase unlocks. Unknown keys are ignored.
+public struct Catalog: Sendable, Codable, Equatable {
+    public var bundleId: String
+    public var products: [Product]
+
+    public init(bundleId: String, products: [Product]) {
+        self.bundleId = bundleId
+        self.products = products
+    }
+
+    /// The product with `productId`, if the catalog lists it.
+    public func product(_ productId: String) -> Product? {
+        products.first { $0.productId == productId }
+    }
+
+    /// A product and the content it unlocks.
+    public struct Product: Sendable, Codable, Equatable {
+        public var productId: String
+        public var type: ProductType
+        /// The content of a non-subscription product.
+        public var content: Content?
+        /// The issues of a subscription product, each with its publication date.
+        public var items: [Item]?
+
+        public init(productId: String, type: ProductType = .nonConsumable, content: Content? = nil, items: [Item]? = nil) {
+            self.productId = productId
+            self.type = type
+            self.content = content
+            self.items = items
+        }
+
+        enum CodingKeys: String, CodingKey { case productId, type, content, items }
+
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            productId = try c.decode(String.self, forKey: .productId)
+            type = try c.decode(.type, or: .nonConsumable)
+            content = try c.decodeIfPresent(Content.self, forKey: .content)
+            items = try c.decodeIfPresent([Item].self, forKey: .items)
+        }
+    }
+
+    /// StoreKit's product types.
+    public enum ProductType: String, Sendable, Codable, Equatable {
+        case consumable, nonConsumable, nonRenewable, autoRenewable
+    }
+
+    /// One issue of a subscription product.
+    public struct Item: Sendable, Codable, Equatable {
+        /// Unique within its product; the content is placed as `<productId>.<itemId>`.
+        public var itemId: String
+        public var publishedAt: Date
+        public var content: Content
+
+        public init(itemId: String, publishedAt: Date, content: Content) {
+            self.itemId = itemId
+            self.publishedAt = publishedAt
+            self.content = content
+        }
+    }
+
+    /// One hosted content package.
+    public struct Content: Sendable, Codable, Equatable {
+        /// Absolute, or relative to the catalog's URL.
+        public var url: String
+        /// Lowercase hex SHA-256 of the package file.
+        public var sha256: String
+        /// The package file's length in bytes.
+        public var length: Int64
+        /// The `ContentVersion` the package's ContentInfo.plist must carry.
+        public var version: String
+        public var placement: Placement
+        /// Total unpacked size in bytes, when the publisher knows it (used by the space check).
+        public var unpackedLength: Int64?
+
+        public init(url: String, sha256: String, length: Int64, version: String, placement: Placement, unpackedLength: Int64? = nil) {
+            self.url = url
+            self.sha256 = sha256
+            self.length = length
+            self.version = version
+            self.placement = placement
+            self.unpackedLength = unpackedLength
+        }
+    }
+
+    /// Where delivered content lives: `cache` (purgeable) or `documents` (kept, not backed up).
+    public enum Placement: String, Sendable, Codable, Equatable, CaseIterable {
+        case cache, documents
+    }
+}
+
+extension Catalog {
+    /// Decodes a catalog document. Dates are ISO 8601.
+    public static func decode(_ data: Data) throws -> Catalog {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        do {
+            return try decoder.decode(Catalog.self, from: data)
+        } catch {
+            throw CourierError(.usage, "the catalog is not valid", cause: "\(error)")
+        }
+    }
+
+    /// Encodes the catalog as pretty, key-sorted JSON with ISO 8601 dates.
+    public func encoded() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(self)
+    }
+
+    /// Resolves a content URL against the catalog's own location (a file or http(s) URL).
+    public static func resolve(_ contentURL: String, relativeTo catalogLocation: URL?) -> URL? {
+        if let absolute = URL(string: contentURL), absolute.scheme != nil { return absolute }
+        guard let base = catalogLocation else { return URL(string: contentURL) }
+        return URL(string: contentURL, relativeTo: base)?.absoluteURL
+    }
+}

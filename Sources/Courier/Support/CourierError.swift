@@ -1,0 +1,101 @@
+import Foundation
+
+/// An error Courier reports to its callers: a stable `code`, a human `message`, the underlying
+/// `cause` (a curl code, an errno, a libarchive message, an HTTP status) and, for users, what to
+/// do next.
+///
+/// The download error codes are the fixed set of DESIGN.md; the others classify failures of the
+/// surrounding flow (receipts, usage, paused). `exitCode` maps every code to the exit-code table
+/// of the command-line contract.
+public struct CourierError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// An extensible set of error codes.
+    public struct Code: Hashable, Sendable, RawRepresentable, Codable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        // The download error codes of DESIGN.md.
+        /// Not enough free space for the remaining bytes, the unpacked content and the reserve.
+        public static let insufficientSpace = Code(rawValue: "insufficientSpace")
+        /// The network failed after retries, or the server answered a non-retryable error.
+        public static let network = Code(rawValue: "network")
+        /// A checksum, size or archive-structure check failed.
+        public static let integrity = Code(rawValue: "integrity")
+        /// The package tried to leave its folder or broke a package rule.
+        public static let hostilePackage = Code(rawValue: "hostilePackage")
+        /// The purchase does not entitle the user to this content.
+        public static let notEntitled = Code(rawValue: "notEntitled")
+        /// The origin refused the request (401/403 from a receipt-gated origin).
+        public static let serverRejected = Code(rawValue: "serverRejected")
+        /// The download was cancelled by the user.
+        public static let cancelled = Code(rawValue: "cancelled")
+        /// A bug or an unexpected condition inside Courier.
+        public static let `internal` = Code(rawValue: "internal")
+
+        // Codes of the surrounding flow.
+        /// The receipt or signed transaction failed verification.
+        public static let receiptInvalid = Code(rawValue: "receiptInvalid")
+        /// The work was paused or interrupted and can be resumed.
+        public static let paused = Code(rawValue: "paused")
+        /// The input or configuration is unusable.
+        public static let usage = Code(rawValue: "usage")
+        /// A file or record that was asked for does not exist.
+        public static let notFound = Code(rawValue: "notFound")
+        /// A local I/O operation failed (other than running out of space).
+        public static let io = Code(rawValue: "io")
+    }
+
+    public var code: Code
+    public var message: String
+    /// The underlying cause, for logs and `--json` output (curl code, errno text, HTTP status...).
+    public var cause: String?
+    /// What the user can do next, if anything.
+    public var hint: String?
+
+    public init(_ code: Code, _ message: String, cause: String? = nil, hint: String? = nil) {
+        self.code = code
+        self.message = message
+        self.cause = cause
+        self.hint = hint
+    }
+
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let cause { text += " (\(cause))" }
+        return text
+    }
+
+    /// The process exit code of the command-line contract (DESIGN.md).
+    public var exitCode: Int32 {
+        switch code {
+        case .receiptInvalid, .notEntitled, .serverRejected: return 3
+        case .insufficientSpace: return 4
+        case .network: return 5
+        case .integrity, .hostilePackage: return 6
+        case .paused: return 7
+        case .usage: return 2
+        default: return 1
+        }
+    }
+}
+
+extension CourierError {
+    /// An error from a failed system call, with the errno text as its cause.
+    public static func posix(
+        _ operation: String,
+        path: String? = nil,
+        errno code: Int32 = errno
+    ) -> CourierError {
+        let text = String(cString: strerror(code))
+        let what = path.map { "\(operation) \($0)" } ?? operation
+        if code == ENOSPC || code == EDQUOT {
+            return CourierError(
+                .insufficientSpace,
+                "\(what) failed: the disk is full",
+                cause: "errno \(code): \(text)",
+                hint: "free some space, then resume"
+            )
+        }
+        return CourierError(.io, "\(what) failed", cause: "errno \(code): \(text)")
+    }
+}

@@ -1,0 +1,119 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes what the user sees: text on a terminal, JSON documents or NDJSON events with `--json`.
+/// Serialised by a lock, so progress from any thread and results never interleave mid-line.
+final class Output: @unchecked Sendable {  // @unchecked: every mutable access holds `lock`.
+    let json: Bool
+    /// Whether standard error is a terminal (progress bars are drawn only there).
+    let stderrIsTerminal: Bool
+    /// Whether standard output is a terminal.
+    let stdoutIsTerminal: Bool
+    private let lock = NSLock()
+
+    init(json: Bool) {
+        self.json = json
+        self.stderrIsTerminal = isatty(STDERR_FILENO) == 1
+        self.stdoutIsTerminal = isatty(STDOUT_FILENO) == 1
+    }
+
+    /// Prints a line of text to standard output.
+    func line(_ text: String) {
+        write(text + "\n", to: STDOUT_FILENO)
+    }
+
+    /// Prints a line of text to standard error.
+    func note(_ text: String) {
+        write(text + "\n", to: STDERR_FILENO)
+    }
+
+    /// Prints one JSON value as a single line (an NDJSON event or the final document).
+    func emit(_ object: [String: Any]) {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]),
+            let text = String(data: data, encoding: .utf8)
+        else { return }
+        line(text)
+    }
+
+    /// Prints an Encodable value as one JSON line.
+    func emit<T: Encodable>(encodable value: T) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        guard let data = try? encoder.encode(value), let text = String(data: data, encoding: .utf8) else { return }
+        line(text)
+    }
+
+    /// Draws a transient status line on the terminal (standard error), replacing the last one.
+    func status(_ text: String) {
+        guard stderrIsTerminal, !json else { return }
+        write("\r\u{1B}[2K" + text, to: STDERR_FILENO)
+    }
+
+    /// Ends a transient status line so the next output starts on a fresh line.
+    func endStatus() {
+        guard stderrIsTerminal, !json else { return }
+        write("\n", to: STDERR_FILENO)
+    }
+
+    /// Reports `error` (a JSON document with `--json`) and returns the exit code to end with.
+    func report(_ error: any Error) -> ExitCode {
+        if let error = error as? CourierError {
+            if json {
+                var object: [String: Any] = ["event": "error", "code": error.code.rawValue, "message": error.message]
+                if let cause = error.cause { object["cause"] = cause }
+                if let hint = error.hint { object["hint"] = hint }
+                object["exitCode"] = Int(error.exitCode)
+                emit(object)
+            } else {
+                var text = "courier: \(error.message)"
+                if let cause = error.cause { text += " (\(cause))" }
+                note(text)
+                if let hint = error.hint { note("courier: \(hint)") }
+            }
+            return ExitCode(error.exitCode)
+        }
+        if json {
+            emit(["event": "error", "code": CourierError.Code.internal.rawValue, "message": "\(error)", "exitCode": 1])
+        } else {
+            note("courier: \(error)")
+        }
+        return ExitCode.failure
+    }
+
+    private func write(_ text: String, to descriptor: Int32) {
+        lock.lock()
+        defer { lock.unlock() }
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            bytes = bytes.dropFirst(written)
+        }
+    }
+}
+
+extension GlobalOptions {
+    /// Runs `body`, turning a thrown error into its message and the exit code of DESIGN.md.
+    /// Usage errors from ArgumentParser (ValidationError) pass through unchanged.
+    func run(_ body: (Output) async throws -> Void) async throws {
+        let output = Output(json: json)
+        do {
+            try await body(output)
+        } catch let error as ValidationError {
+            throw error
+        } catch let error as ExitCode {
+            throw error
+        } catch {
+            throw output.report(error)
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+
+/// Runs the built `courier` executable as a child process, as a user would.
+public enum CourierBinary {
+    /// The `courier` binary next to the test bundle (`.build/<config>/courier`), or `COURIER_BIN`.
+    public static var url: URL {
+        if let path = ProcessInfo.processInfo.environment["COURIER_BIN"] {
+            return URL(fileURLWithPath: path)
+        }
+        var directory = Bundle.main.bundleURL
+        for _ in 0..<4 {
+            let candidate = directory.appendingPathComponent("courier")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            directory.deleteLastPathComponent()
+        }
+        return Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("courier")
+    }
+
+    /// The result of one run.
+    public struct Result: Sendable {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
+        /// The NDJSON lines of standard output, decoded.
+        public var events: [[String: Any]] {
+            stdout.split(separator: "\n").compactMap {
+                (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+            }
+        }
+    }
+
+    /// Starts `courier ARGS` without waiting (for kill -9 tests). Output goes to the given files.
+    public static func start(
+        _ arguments: [String],
+        environment: [String: String] = [:],
+        directory: URL? = nil,
+        stdout: URL? = nil,
+        stderr: URL? = nil
+    ) throws -> Process {
+        let process = Process()
+        process.executableURL = url
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { $1 }
+        process.environment = env
+        if let directory { process.currentDirectoryURL = directory }
+        process.standardInput = FileHandle.nullDevice
+        if let stdout {
+            _ = FileManager.default.createFile(atPath: stdout.path, contents: nil)
+            process.standardOutput = try FileHandle(forWritingTo: stdout)
+        } else {
+            process.standardOutput = FileHandle.nullDevice
+        }
+        if let stderr {
+            _ = FileManager.default.createFile(atPath: stderr.path, contents: nil)
+            process.standardError = try FileHandle(forWritingTo: stderr)
+        } else {
+            process.standardError = FileHandle.nullDevice
+        }
+        try process.run()
+        return process
+    }
+
+    /// Runs `courier ARGS` to completion and returns its exit status and output.
+    public static func run(
+        _ arguments: [String],
+        environment: [String: String] = [:],
+        directory: URL? = nil,
+        timeout: Double = 120
+    ) throws -> Result {
+        let scratch = try TemporaryDirectory(prefix: "courier-run")
+        defer { scratch.remove() }
+        let out = scratch.appending("stdout")
+        let err = scratch.appending("stderr")
+        let process = try start(arguments, environment: environment, directory: directory, stdout: out, stderr: err)
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+        }
+        process.waitUntilExit()
+        return Result(
+            status: process.terminationStatus,
+            stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
+            stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? ""
+        )
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+
+/// A real nginx serving a folder on 127.0.0.1, started by a test and stopped with `stop()`.
+///
+/// nginx cannot bind port 0 and report it, so the port comes from `Loopback.freePort()` and a
+/// clash is retried. Its configuration, logs and temp files live in a private folder.
+public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable after init, but for `process`, touched only by stop().
+    public let root: URL
+    public let port: Int
+    private let workDirectory: TemporaryDirectory
+    private let process: Process
+
+    /// The nginx binary: `NGINX` from the environment, else /usr/sbin/nginx.
+    public static var binary: String {
+        ProcessInfo.processInfo.environment["NGINX"] ?? "/usr/sbin/nginx"
+    }
+
+    public static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: binary) }
+
+    /// Starts nginx serving `root` (ETag, Last-Modified and byte ranges as nginx does by default).
+    /// `extraLocations` is raw nginx configuration placed inside the server block.
+    public init(root: URL, extraLocations: String = "") throws {
+        self.root = root
+        var lastError: (any Error)?
+        for _ in 0..<5 {
+            let work = try TemporaryDirectory(prefix: "courier-nginx")
+            let port = try Loopback.freePort()
+            let user = getuid() == 0 ? "user root;" : ""
+            let config = """
+                \(user)
+                worker_processes 1;
+                daemon off;
+                pid \(work.path)/nginx.pid;
+                error_log \(work.path)/error.log warn;
+                events { worker_connections 1024; }
+                http {
+                    access_log \(work.path)/access.log;
+                    client_body_temp_path \(work.path)/client_body;
+                    proxy_temp_path \(work.path)/proxy;
+                    fastcgi_temp_path \(work.path)/fastcgi;
+                    uwsgi_temp_path \(work.path)/uwsgi;
+                    scgi_temp_path \(work.path)/scgi;
+                    types { application/zip zip; application/json json; }
+                    default_type application/octet-stream;
+                    sendfile on;
+                    keepalive_requests 100000;
+                    server {
+                        listen 127.0.0.1:\(port);
+                        root \(root.path);
+                        \(extraLocations)
+                    }
+                }
+                """
+            let configFile = work.appending("nginx.conf")
+            try Data(config.utf8).write(to: configFile)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.binary)
+            process.arguments = ["-c", configFile.path, "-p", work.path, "-e", "\(work.path)/error.log"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            if Loopback.waitUntilListening(port: port, timeout: 5), process.isRunning {
+                self.port = port
+                self.workDirectory = work
+                self.process = process
+                return
+            }
+            process.terminate()
+            process.waitUntilExit()
+            let log = (try? String(contentsOf: work.appending("error.log"), encoding: .utf8)) ?? ""
+            lastError = NSError(domain: "NginxServer", code: 1, userInfo: [NSLocalizedDescriptionKey: "nginx did not start: \(log)"])
+            work.remove()
+        }
+        throw lastError ?? NSError(domain: "NginxServer", code: 1)
+    }
+
+    /// The URL of `path` on this server.
+    public func url(_ path: String) -> URL {
+        let trimmed = path.hasPrefix("/") ? String(path.dropFirst()) : path
+        return URL(string: "http://127.0.0.1:\(port)/\(trimmed)")!
+    }
+
+    /// The access log's lines so far (one per request), for counting what a client fetched.
+    public func accessLog() -> [String] {
+        let text = (try? String(contentsOf: workDirectory.appending("access.log"), encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init)
+    }
+
+    public func stop() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        workDirectory.remove()
+    }
+
+    deinit { stop() }
+}
