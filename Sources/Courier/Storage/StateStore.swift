@@ -1,0 +1,55 @@
+import Foundation
+import GRDB
+
+/// The state database (`Storage/state.sqlite`): SQLite in WAL mode through GRDB, owner-only,
+/// with versioned migrations. Every state change is one database transaction.
+///
+/// Each component registers its schema in `StateStore.migrations` (see `QueueSchema` and
+/// `ContentSchema`); migrations run in list order and each runs once.
+public final class StateStore: Sendable {
+    /// The database pool; readers do not block the writer (WAL).
+    public let pool: DatabasePool
+    public let url: URL
+
+    /// The migrations, in order: name and body. Append only; never edit a shipped one.
+    static var migrations: [(String, @Sendable (Database) throws -> Void)] {
+        QueueSchema.migrations + ContentSchema.migrations
+    }
+
+    /// Opens (creating if needed) the database at `url` and migrates it.
+    public init(url: URL) throws {
+        self.url = url
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+        }
+        let existed = FileManager.default.fileExists(atPath: url.path)
+        do {
+            pool = try DatabasePool(path: url.path, configuration: configuration)
+        } catch {
+            throw CourierError(.io, "cannot open the state database \(url.path)", cause: "\(error)")
+        }
+        if !existed {
+            for suffix in ["", "-wal", "-shm"] {
+                chmod(url.path + suffix, 0o600)
+            }
+        }
+        var migrator = DatabaseMigrator()
+        for (name, body) in Self.migrations {
+            migrator.registerMigration(name) { db in try body(db) }
+        }
+        do {
+            try migrator.migrate(pool)
+        } catch {
+            throw CourierError(.io, "cannot migrate the state database \(url.path)", cause: "\(error)")
+        }
+    }
+
+    /// Opens the state database of a storage layout (creating its folders).
+    public convenience init(layout: StorageLayout) throws {
+        try layout.prepare()
+        try self.init(url: layout.stateDatabase)
+    }
+}
