@@ -63,7 +63,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
         abstract: "Print a signed transaction for PRODUCT, signed by the sandbox chain.",
         discussion: """
             Dates are ISO 8601 (2026-02-20 or 2026-02-20T10:00:00Z), milliseconds since 1970, \
-            'now', or an offset from now such as -30d, +1h, +45m, +10s. An auto-renewable \
+            'now', or an offset from now such as -30d, +1h, +45m, +10s (write a negative offset as --revoked=-1h). An auto-renewable \
             subscription without --expires runs one month from its purchase date.
             """
     )

@@ -92,7 +92,7 @@ struct ReceiptCLITests {
         #expect(chain.status == 3)
         #expect(chain.stderr.contains("chain check failed"))
 
-        let revoked = try workspace.write(try workspace.purchase(["com.example.levels.pack1", "--revoked", "-1h"]), "revoked.jws")
+        let revoked = try workspace.write(try workspace.purchase(["com.example.levels.pack1", "--revoked=-1h"]), "revoked.jws")
         let revokedRun = try workspace.run(["receipt", "verify", revoked, "--trust-root", workspace.root])
         #expect(revokedRun.status == 3)
         #expect(revokedRun.stderr.contains("revoked check failed"))
