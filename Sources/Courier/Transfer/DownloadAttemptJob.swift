@@ -38,7 +38,8 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     private var decision: ResponseDecision?
     private var failure: CourierError?
     private var buffer: [UInt8] = []
-    private let chunkSize = 1 << 20
+    /// Bytes handed to the writer at once: 1 MiB, or less when checkpoints are closer.
+    private let chunkSize: Int
     /// Body bytes accepted by this attempt.
     private(set) var receivedBytes: Int64 = 0
 
@@ -54,6 +55,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         self.requestedOffset = requestedOffset
         self.writer = writer
         self.configuration = configuration
+        self.chunkSize = Int(min(1 << 20, max(64 << 10, configuration.checkpointBytes)))
         super.init()
         stallTimeout = configuration.stallTimeout
     }
