@@ -8,7 +8,7 @@ import Testing
 struct LegacyReceiptClientTests {
     static let secret = "shh-0123456789abcdef"
 
-    func client(_ stub: VerifyReceiptStub, retries: Int = 3, logger: Logger = Logger(label: "test")) -> LegacyReceiptClient {
+    func client(_ stub: VerifyReceiptStub, retries: Int = 3, logger: Logger = Logger(label: "test")) throws -> LegacyReceiptClient {
         var configuration = ReceiptConfiguration()
         configuration.verifyReceipt = .init(
             productionURL: stub.productionURL.absoluteString,
@@ -19,7 +19,7 @@ struct LegacyReceiptClientTests {
             timeout: 30
         )
         return LegacyReceiptClient(
-            transport: URLSessionHTTPTransport(),
+            transport: try CurlHTTPTransport(),
             configuration: configuration,
             logger: logger,
             environment: ["COURIER_SHARED_SECRET": Self.secret]
@@ -173,7 +173,7 @@ struct LegacyReceiptClientTests {
 
         let stub = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(environment: "Sandbox", inApp: [Self.purchase]) }
         defer { stub.stop() }
-        var production = client(stub)
+        var production = try client(stub)
         var configuration = production.configuration
         configuration.environments = ["Production"]
         production = LegacyReceiptClient(transport: production.transport, configuration: configuration, logger: production.logger)
@@ -207,7 +207,7 @@ struct LegacyReceiptClientTests {
         configuration.verifyReceipt.productionURL = stub.productionURL.absoluteString
         configuration.verifyReceipt.sandboxURL = stub.sandboxURL.absoluteString
         let validator = try ReceiptValidator(
-            configuration: configuration, baseDirectory: folder.url, transport: URLSessionHTTPTransport(), logger: Logger(label: "test")
+            configuration: configuration, baseDirectory: folder.url, transport: try CurlHTTPTransport(), logger: Logger(label: "test")
         )
         let receipt = Data("TUlJVG1h\naWwKAAAA\n".utf8)  // wrapped base64
         let transactions = try await validator.validate(receipt)

@@ -167,6 +167,46 @@ struct ReceiptCLITests {
         #expect(none.status == 3)
     }
 
+    @Test("a legacy receipt goes to the configured verifyReceipt service over libcurl")
+    func legacyReceipt() throws {
+        let workspace = try Workspace()
+        defer { workspace.folder.remove() }
+        let stub = try VerifyReceiptStub { service, _ in
+            service == "production"
+                ? VerifyReceiptStub.status(21007)
+                : VerifyReceiptStub.valid(inApp: [
+                    VerifyReceiptStub.inApp(productId: "com.example.levels.pack1", transactionId: "1000000077", purchaseDate: Date())
+                ])
+        }
+        defer { stub.stop() }
+        let config = try workspace.write(
+            """
+            { "receipts": { "verifyReceipt": { "productionURL": "\(stub.productionURL.absoluteString)",
+                                               "sandboxURL": "\(stub.sandboxURL.absoluteString)",
+                                               "sharedSecret": "s3cr3t-value", "retryDelay": 0.01 } } }
+            """,
+            "courier.json"
+        )
+        let receipt = try workspace.write(Data("legacy receipt bytes".utf8).base64EncodedString(), "legacy.receipt")
+        let result = try workspace.run(["receipt", "verify", receipt, "--config", config, "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let transactions = result.events.first?["transactions"] as? [[String: Any]]
+        #expect(transactions?.first?["transactionId"] as? String == "1000000077")
+        #expect(stub.calls.map(\.service) == ["production", "sandbox"])
+        #expect(stub.calls.first?.password == "s3cr3t-value")
+        #expect(!result.stdout.contains("s3cr3t-value") && !result.stderr.contains("s3cr3t-value"))
+
+        let refusing = try VerifyReceiptStub { _, _ in VerifyReceiptStub.status(21010) }
+        defer { refusing.stop() }
+        let refusingConfig = try workspace.write(
+            #"{ "receipts": { "verifyReceipt": { "productionURL": "\#(refusing.productionURL.absoluteString)" } } }"#,
+            "refusing.json"
+        )
+        let refused = try workspace.run(["receipt", "verify", receipt, "--config", refusingConfig])
+        #expect(refused.status == 3)
+        #expect(refused.stderr.contains("status check failed"))
+    }
+
     @Test("sandbox init keeps an existing chain; purchase without a store says how to make one")
     func sandboxLifecycle() throws {
         let workspace = try Workspace()

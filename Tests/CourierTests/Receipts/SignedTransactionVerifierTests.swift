@@ -233,7 +233,7 @@ struct SignedTransactionVerifierTests {
         let validator = try ReceiptValidator(
             configuration: ReceiptConfiguration(),
             baseDirectory: folder.url,
-            transport: URLSessionHTTPTransport(),
+            transport: try CurlHTTPTransport(),
             logger: .init(label: "test")
         )
         let error = await courierError { _ = try await validator.validate(fileAt: file) }
