@@ -13,6 +13,13 @@ struct CourierCommand: AsyncParsableCommand {
             4 insufficient disk space; 5 network failure after retries; \
             6 integrity failure or hostile package; 7 paused or interrupted (resumable).
             """,
-        subcommands: []
+        subcommands: [
+            ListCommand.self,
+            StatusCommand.self,
+            PauseCommand.self,
+            ResumeCommand.self,
+            CancelCommand.self,
+            DiscardCommand.self,
+        ]
     )
 }
