@@ -20,6 +20,7 @@ struct CourierCommand: AsyncParsableCommand {
             ResumeCommand.self,
             CancelCommand.self,
             DiscardCommand.self,
+            GetCommand.self,
         ]
     )
 }
