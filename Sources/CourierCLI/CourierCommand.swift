@@ -21,6 +21,8 @@ struct CourierCommand: AsyncParsableCommand {
             CancelCommand.self,
             DiscardCommand.self,
             GetCommand.self,
+            ReceiptCommand.self,
+            SandboxCommand.self,
         ]
     )
 }
