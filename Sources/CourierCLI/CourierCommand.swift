@@ -23,6 +23,8 @@ struct CourierCommand: AsyncParsableCommand {
             GetCommand.self,
             ReceiptCommand.self,
             SandboxCommand.self,
+            PackageCommand.self,
+            ContentCommand.self,
         ]
     )
 }
