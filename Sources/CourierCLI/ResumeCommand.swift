@@ -24,6 +24,9 @@ struct ResumeCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Resume every stalled download.")
     var stalled = false
 
+    @Flag(name: .customLong("queue-only"), help: "Only mark them waiting (for a running agent); do not deliver here.")
+    var queueOnly = false
+
     func validate() throws {
         if [id != nil, all, stalled].filter({ $0 }).count != 1 {
             throw ValidationError("give exactly one of an id, --all or --stalled")
@@ -41,6 +44,11 @@ struct ResumeCommand: AsyncParsableCommand {
                 changed = try QueueControl.apply(targets, single: id != nil && targets.count == 1) { try queue.resume([$0.id]) }
             }
             QueueControl.report(output, verb: "resumed", changed: changed)
+            guard !queueOnly, !changed.isEmpty else { return }
+            // Carry them on through unpacking, placement and finish, as the agent would.
+            let runtime = try DeliveryRuntime(global: global, configuration: try global.loadConfiguration())
+            defer { runtime.shutdown() }
+            try await runtime.deliver(scope: .downloads(Set(changed.map(\.id))), output: output, retryStopped: false)
         }
     }
 }

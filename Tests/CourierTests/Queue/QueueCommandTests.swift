@@ -55,7 +55,7 @@ struct QueueCommandTests {
 
         #expect(try courier(directory, ["pause", id]).status == 0)
         #expect(try queue.download(id)?.state == .paused)
-        #expect(try courier(directory, ["resume", "cli0"]).status == 0)
+        #expect(try courier(directory, ["resume", "cli0", "--queue-only"]).status == 0)
         #expect(try queue.download(id)?.state == .waiting)
         #expect(try courier(directory, ["pause", "--all"]).status == 0)
         #expect(try queue.entries().compactMap(\.download).allSatisfy { $0.state == .paused })
@@ -113,7 +113,7 @@ struct QueueCommandTests {
         #expect(entries.first?["stalled"] as? String == "ownerDied")
         #expect((entries.first?["owner"] as? [String: Any])?["alive"] as? Bool == false)
 
-        #expect(try courier(directory, ["resume", "--stalled"]).status == 0)
+        #expect(try courier(directory, ["resume", "--stalled", "--queue-only"]).status == 0)
         #expect(try queue.download(id)?.state == .waiting)
     }
 }
