@@ -14,9 +14,39 @@ struct CourierCommand: AsyncParsableCommand {
             6 integrity failure or hostile package; 7 paused or interrupted (resumable).
             """,
         subcommands: [
+            ListCommand.self,
+            StatusCommand.self,
+            PauseCommand.self,
+            ResumeCommand.self,
+            CancelCommand.self,
+            DiscardCommand.self,
+            DeliverCommand.self,
+            EnqueueCommand.self,
             GetCommand.self,
             ReceiptCommand.self,
             SandboxCommand.self,
+            PackageCommand.self,
+            ContentCommand.self,
         ]
     )
+
+    /// Runs the command, ending with exit code 2 (DESIGN.md) rather than ArgumentParser's 64 on
+    /// a usage error.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                let message = fullMessage(for: error)
+                FileHandle.standardError.write(Data((message + "\n").utf8))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+    }
 }

@@ -4,11 +4,48 @@ import Foundation
 ///
 /// Every property has a documented default; a key missing from `Config/courier.json` keeps it.
 public struct QueueConfiguration: Sendable, Codable, Equatable {
+    /// Downloads transferring at once in one process. Default 8 (the transfer engine applies its
+    /// own overall and per-host limits below this).
+    public var maxConcurrentDownloads: Int = 8
+    /// Packages unpacked and placed at once (CPU and disk bound). Default 2.
+    public var maxConcurrentInstalls: Int = 2
+    /// Seconds a lease lasts without a heartbeat before another process may take it over. Default 15.
+    public var leaseDuration: Double = 15
+    /// Seconds between heartbeats of a held lease (also how fast an owner notices a pause or
+    /// cancel written by another process). Default 2.
+    public var heartbeatInterval: Double = 2
+    /// Seconds without a received byte after which an active download counts as stalled. Default 60.
+    public var stallTimeout: Double = 60
+    /// Seconds between progress writes to the store for one download. Default 0.5.
+    public var progressInterval: Double = 0.5
+    /// Finish a transaction as soon as all its downloads are finished and placed. Default true.
+    public var autoFinish: Bool = true
+    /// A URL that receives a POST of each finished transaction id (retried until acknowledged).
+    public var finishWebhook: String?
+
     public init() {}
 
-    public init(from decoder: any Decoder) throws {
-        self.init()
+    enum CodingKeys: String, CodingKey {
+        case maxConcurrentDownloads, maxConcurrentInstalls, leaseDuration, heartbeatInterval
+        case stallTimeout, progressInterval, autoFinish, finishWebhook
     }
 
-    public func encode(to encoder: any Encoder) throws {}
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let d = QueueConfiguration()
+        maxConcurrentDownloads = try c.decode(.maxConcurrentDownloads, or: d.maxConcurrentDownloads)
+        maxConcurrentInstalls = try c.decode(.maxConcurrentInstalls, or: d.maxConcurrentInstalls)
+        leaseDuration = try c.decode(.leaseDuration, or: d.leaseDuration)
+        heartbeatInterval = try c.decode(.heartbeatInterval, or: d.heartbeatInterval)
+        stallTimeout = try c.decode(.stallTimeout, or: d.stallTimeout)
+        progressInterval = try c.decode(.progressInterval, or: d.progressInterval)
+        autoFinish = try c.decode(.autoFinish, or: d.autoFinish)
+        finishWebhook = try c.decodeIfPresent(String.self, forKey: .finishWebhook)
+        guard maxConcurrentDownloads > 0, maxConcurrentInstalls > 0, leaseDuration > 0, heartbeatInterval > 0,
+            heartbeatInterval < leaseDuration
+        else {
+            throw CourierError(
+                .usage, "queue: concurrency must be positive and heartbeatInterval shorter than leaseDuration")
+        }
+    }
 }

@@ -1,0 +1,99 @@
+import Foundation
+
+/// The download stage over the transfer engine: resumable, verified downloads with the
+/// journal in the state database.
+public struct TransferDownloadStage: ContentDownloading {
+    public let engine: TransferEngine
+    /// Extra request headers for the origin (a receipt-gated origin's credentials). Never logged.
+    public let headers: [(String, String)]
+
+    public init(engine: TransferEngine, headers: [(String, String)] = []) {
+        self.engine = engine
+        self.headers = headers
+    }
+
+    public func download(
+        _ download: DownloadRecord,
+        to destination: URL,
+        journal: any ResumeJournalStore,
+        progress: @escaping @Sendable (DownloadProgress) -> Void
+    ) async throws -> URL {
+        let request = DownloadRequest(
+            id: download.id, url: download.url, destination: destination,
+            partialFile: URL(fileURLWithPath: download.partialPath), expectedLength: download.length,
+            expectedSHA256: download.sha256, headers: headers, additionalSpaceNeeded: download.unpackedLength ?? 0)
+        let result = try await engine.download(request, journal: journal) { update in
+            progress(
+                DownloadProgress(
+                    bytesReceived: update.bytesReceived, totalBytes: update.totalBytes,
+                    bytesPerSecond: update.bytesPerSecond, timeRemaining: update.timeRemaining))
+        }
+        return result.file
+    }
+}
+
+/// The unpack-and-place stage over `ContentPlacer`: staging, then an atomic rename into Caches or
+/// Documents, recorded in the delivered-content table.
+public struct PlacementInstallStage: ContentInstalling {
+    public let placer: ContentPlacer
+    /// Replace newer content with an older version (a downgrade). Default false.
+    public let force: Bool
+
+    public init(placer: ContentPlacer, force: Bool = false) {
+        self.placer = placer
+        self.force = force
+    }
+
+    public func install(package: URL, for download: DownloadRecord) throws -> URL {
+        let delivered = try placer.install(
+            package: package, contentIdentifier: download.contentIdentifier, productId: download.productId,
+            version: download.version, placement: download.placement, force: force)
+        return placer.contentURL(delivered.contentIdentifier, placement: delivered.placement)
+    }
+}
+
+/// The validate stage over `ReceiptValidator`.
+public struct ReceiptValidationStage: TransactionValidating {
+    public let validator: ReceiptValidator
+
+    public init(validator: ReceiptValidator) {
+        self.validator = validator
+    }
+
+    public func validate(_ receipt: Data) async throws -> [VerifiedTransaction] {
+        try await validator.validate(receipt)
+    }
+}
+
+/// The entitle stage over a catalog: the content each verified transaction unlocks, with its URL
+/// resolved against the catalog's own location.
+public struct CatalogEntitlementStage: ContentEntitling {
+    public let catalog: Catalog
+    /// Where the catalog came from (a file or http(s) URL), for relative content URLs.
+    public let location: URL?
+
+    public init(catalog: Catalog, location: URL?) {
+        self.catalog = catalog
+        self.location = location
+    }
+
+    public func content(for transactions: [VerifiedTransaction]) async throws -> [QueuedContent] {
+        try Entitlements.content(for: transactions, catalog: catalog, now: Date()).map { entitled in
+            try QueuedContent(entitled, catalogLocation: location)
+        }
+    }
+}
+
+extension QueuedContent {
+    /// The queue's view of entitled content, its URL resolved against the catalog's location.
+    public init(_ entitled: EntitledContent, catalogLocation: URL?) throws {
+        guard let url = Catalog.resolve(entitled.content.url, relativeTo: catalogLocation) else {
+            throw CourierError(.usage, "the catalog's URL \(entitled.content.url) for \(entitled.productId) is not usable")
+        }
+        self.init(
+            contentIdentifier: entitled.contentIdentifier, productId: entitled.productId,
+            transactionId: entitled.transactionId, url: url, sha256: entitled.content.sha256,
+            length: entitled.content.length, version: entitled.content.version, placement: entitled.content.placement,
+            unpackedLength: entitled.content.unpackedLength)
+    }
+}

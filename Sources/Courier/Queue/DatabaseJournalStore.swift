@@ -1,0 +1,52 @@
+import Foundation
+import GRDB
+
+/// Resume journals kept in the downloads table of the state database, so a download's
+/// validator and durable offset commit with its state. `save` returns once SQLite has synced
+/// (WAL, `synchronous = FULL`).
+public struct DatabaseJournalStore: ResumeJournalStore {
+    public let store: StateStore
+
+    public init(store: StateStore) {
+        self.store = store
+    }
+
+    public func load(downloadId: String) throws -> ResumeJournal? {
+        do {
+            return try store.pool.read { db in try QueueRows.fetchDownload(db, id: downloadId)?.journal }
+        } catch let error as CourierError {
+            throw error
+        } catch {
+            throw CourierError(.io, "cannot read the journal of download \(downloadId)", cause: "\(error)")
+        }
+    }
+
+    /// Records `journal` in its download's row. A download that no longer exists (discarded or
+    /// removed) is not an error: there is nothing left to resume.
+    public func save(_ journal: ResumeJournal) throws {
+        do {
+            try store.pool.write { db in
+                try db.execute(
+                    sql: """
+                        UPDATE downloads SET etag = ?, lastModified = ?, totalLength = ?, durableOffset = ?,
+                            bytesReceived = MAX(bytesReceived, ?), updatedAt = ?
+                        WHERE id = ? AND state != 'cancelled' AND state != 'finished'
+                        """,
+                    arguments: [
+                        journal.etag, journal.lastModified, journal.totalLength, journal.durableOffset,
+                        journal.durableOffset, Date().timeIntervalSince1970, journal.downloadId,
+                    ])
+            }
+        } catch {
+            throw CourierError(.io, "cannot save the journal of download \(journal.downloadId)", cause: "\(error)")
+        }
+    }
+
+    public func remove(downloadId: String) throws {
+        do {
+            try store.pool.write { db in try QueueRows.resetJournal(db, downloadId: downloadId, now: Date()) }
+        } catch {
+            throw CourierError(.io, "cannot reset the journal of download \(downloadId)", cause: "\(error)")
+        }
+    }
+}

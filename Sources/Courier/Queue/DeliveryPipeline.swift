@@ -1,0 +1,302 @@
+import Foundation
+import GRDB
+import Logging
+
+/// What a pipeline run did and where its scope stands.
+public struct DeliverySummary: Sendable {
+    /// Downloads this run finished and placed.
+    public var finishedDownloads: [String] = []
+    /// Transactions this run finished.
+    public var finishedTransactions: [String] = []
+    /// The downloads of the scope that are not finished when the run ended.
+    public var unfinished: [DownloadRecord] = []
+
+    public init() {}
+
+    /// The most telling error among unfinished downloads (by exit-code precedence), if any.
+    public var firstError: CourierError? {
+        let errors = unfinished.compactMap { record -> CourierError? in
+            if let error = record.error { return error }
+            if record.state == .paused { return CourierError(.paused, "download \(record.id) is paused") }
+            return nil
+        }
+        return errors.first { $0.code != .paused } ?? errors.first
+    }
+}
+
+/// Works the queue: download → unpack and place → record → finish → notify, on bounded stages.
+///
+/// A run claims downloads from the store (taking their leases), so several processes can run
+/// pipelines over one store without ever working one download twice. At most
+/// `maxConcurrentDownloads` transfers and `maxConcurrentInstalls` installs run at once; claiming
+/// stops while `maxConcurrentDownloads + maxConcurrentInstalls` downloads are in flight
+/// (backpressure). Installs run on a Dispatch pool, never on Swift's cooperative pool.
+/// Cancelling the task that runs `run` checkpoints active transfers and pauses them as
+/// `interrupted`; the next run picks them up.
+public final class DeliveryPipeline: Sendable {
+    public let queue: PaymentQueue
+    let downloader: any ContentDownloading
+    let installer: any ContentInstalling
+    let notifier: (any FinishNotifying)?
+    let installPool: BlockingWorkerPool
+    let downloadSlots: AsyncSemaphore
+    let logger: Logger
+
+    public init(
+        queue: PaymentQueue,
+        downloader: any ContentDownloading,
+        installer: any ContentInstalling,
+        notifier: (any FinishNotifying)? = nil,
+        logger: Logger
+    ) {
+        self.queue = queue
+        self.downloader = downloader
+        self.installer = installer
+        self.notifier = notifier
+        self.installPool = BlockingWorkerPool(
+            label: "courier.pipeline.install", width: queue.configuration.maxConcurrentInstalls)
+        self.downloadSlots = AsyncSemaphore(value: queue.configuration.maxConcurrentDownloads)
+        self.logger = logger
+    }
+
+    /// Validates a receipt, entitles its transactions and queues them with their downloads.
+    /// Throws the validator's error (`receiptInvalid`) before anything is queued.
+    public func enqueue(
+        receipt: Data,
+        validator: any TransactionValidating,
+        entitlements: any ContentEntitling,
+        productIds: Set<String>? = nil,
+        restore: Bool = false
+    ) async throws -> [TransactionRecord] {
+        var transactions = try await validator.validate(receipt)
+        if let productIds { transactions = transactions.filter { productIds.contains($0.productId) } }
+        let content = try await entitlements.content(for: transactions)
+        if restore {
+            return try queue.restore(transactions, content: content, productIds: productIds ?? [])
+        }
+        return try queue.add(transactions, content: content)
+    }
+
+    /// Works the downloads of `scope` until none of them can move (`untilIdle`), or until the
+    /// calling task is cancelled. Picks up unfinished work first: transactions whose downloads
+    /// are all placed are finished; downloads of a dead process are taken over.
+    @discardableResult
+    public func run(scope: DeliveryScope = .all, untilIdle: Bool = true, pollInterval: Double = 0.5) async throws
+        -> DeliverySummary
+    {
+        let configuration = queue.configuration
+        var summary = DeliverySummary()
+        if configuration.autoFinish {
+            for id in try queue.deliveredButUnfinished(scope: scope) {
+                if let finished = try queue.finishIfDelivered(id) {
+                    summary.finishedTransactions.append(finished.id)
+                    await notifyFinished(finished)
+                }
+            }
+        }
+        let limit = configuration.maxConcurrentDownloads + configuration.maxConcurrentInstalls
+        let outcomes = await withTaskGroup(of: WorkOutcome?.self, returning: [WorkOutcome].self) { group in
+            var outcomes: [WorkOutcome] = []
+            var inFlight = 0
+            var ticking = false
+            while !Task.isCancelled {
+                var claimed: [DownloadRecord] = []
+                if inFlight < limit {
+                    do {
+                        claimed = try queue.claim(scope: scope, limit: limit - inFlight)
+                    } catch {
+                        logger.error("cannot claim downloads", metadata: ["error": "\(error)"])
+                    }
+                    for record in claimed {
+                        inFlight += 1
+                        group.addTask { await self.work(record) }
+                    }
+                }
+                if inFlight == 0 && claimed.isEmpty && untilIdle {
+                    let heldElsewhere = (try? queue.hasWorkHeldElsewhere(scope: scope)) ?? false
+                    if !heldElsewhere { break }
+                }
+                if !ticking && inFlight < limit {
+                    ticking = true
+                    group.addTask {
+                        try? await Task.sleep(nanoseconds: UInt64(pollInterval * 1e9))
+                        return nil
+                    }
+                }
+                guard let next = await group.next() else { break }
+                if let outcome = next {
+                    inFlight -= 1
+                    outcomes.append(outcome)
+                } else {
+                    ticking = false
+                }
+            }
+            // Cancelled, or idle: let every worker checkpoint and settle.
+            for await next in group {
+                if let outcome = next { outcomes.append(outcome) }
+            }
+            return outcomes
+        }
+        for outcome in outcomes {
+            if outcome.finished { summary.finishedDownloads.append(outcome.downloadId) }
+            if let transaction = outcome.finishedTransaction { summary.finishedTransactions.append(transaction) }
+        }
+        summary.unfinished = try unfinishedDownloads(scope: scope)
+        return summary
+    }
+
+    private struct WorkOutcome: Sendable {
+        var downloadId: String
+        var finished: Bool
+        var finishedTransaction: String?
+    }
+
+    /// Works one claimed download under this process's lease, then releases the lease.
+    private func work(_ record: DownloadRecord) async -> WorkOutcome {
+        var logger = self.logger
+        logger[metadataKey: "download-id"] = "\(record.id)"
+        logger[metadataKey: "transaction-id"] = "\(record.transactionId)"
+        defer { queue.releaseLease(record.id) }
+        var outcome = WorkOutcome(downloadId: record.id, finished: false)
+        let throttle = ProgressThrottle(interval: queue.configuration.progressInterval)
+        let queue = self.queue
+        let package = queue.packageFile(forDownload: record.id)
+        let downloader = self.downloader
+        let slots = downloadSlots
+        let transfer = Task {
+            // A package verified by an earlier run that stopped before installing it is used as is.
+            if let file = try await self.installPool.run({ Self.verifiedPackage(at: package, for: record) }) {
+                return file
+            }
+            try await slots.wait()
+            defer { slots.signal() }
+            return try await downloader.download(record, to: package, journal: queue.journals) { progress in
+                if throttle.shouldReport(final: progress.totalBytes.map { progress.bytesReceived >= $0 } ?? false) {
+                    queue.recordProgress(record.id, progress, length: record.length)
+                }
+            }
+        }
+        queue.setStopHandler(record.id) { transfer.cancel() }
+        let heartbeat = Task {
+            let interval = UInt64(queue.configuration.heartbeatInterval * 1e9)
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: interval)
+                if Task.isCancelled { return }
+                if (try? queue.heartbeat(record.id)) != true {
+                    transfer.cancel()
+                    return
+                }
+            }
+        }
+        defer {
+            heartbeat.cancel()
+            queue.setStopHandler(record.id, nil)
+        }
+        do {
+            logger.debug("download started", metadata: ["url": "\(record.url.absoluteString)", "resume-from": "\(record.durableOffset)"])
+            let file = try await withTaskCancellationHandler {
+                try await transfer.value
+            } onCancel: {
+                transfer.cancel()
+            }
+            if let current = try queue.download(record.id), current.state == .cancelled {
+                throw CourierError(.cancelled, "cancelled")
+            }
+            let installer = self.installer
+            let content = try await installPool.run { try installer.install(package: file, for: record) }
+            try queue.transition(record.id, .installed(contentURL: content))
+            outcome.finished = true
+            logger.debug("download placed", metadata: ["content": "\(content.path)"])
+            if queue.configuration.autoFinish, let finished = try queue.finishIfDelivered(record.transactionId) {
+                outcome.finishedTransaction = finished.id
+                await notifyFinished(finished)
+            }
+        } catch {
+            var failure = error as? CourierError ?? CourierError(.internal, "\(error)")
+            if error is CancellationError { failure = CourierError(.paused, "paused") }
+            let interrupted = Task.isCancelled || failure.code == .interrupted
+            let event: DownloadStateMachine.Event =
+                interrupted ? .pause(reason: .interrupted) : .failed(failure)
+            do {
+                // A worker that lost its lease (it stalled and another process took over) must
+                // not touch the download any more.
+                guard try queue.lease(record.id)?.owner.token == queue.leases.owner.token else {
+                    logger.debug("lease lost; leaving the download to its new owner")
+                    return outcome
+                }
+                let current = try queue.download(record.id)
+                if interrupted, current?.state != .active {
+                    try queue.transition(record.id, .failed(failure))
+                } else {
+                    try queue.transition(record.id, event)
+                }
+            } catch {
+                logger.error("cannot record the end of a download", metadata: ["error": "\(error)"])
+            }
+            logger.debug("download stopped", metadata: ["code": "\(failure.code)", "error": "\(failure.message)"])
+        }
+        return outcome
+    }
+
+    /// The package file of `record` if an earlier run left it complete and verified at `file`.
+    static func verifiedPackage(at file: URL, for record: DownloadRecord) -> URL? {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: file.path),
+            (attributes[.size] as? NSNumber)?.int64Value == record.length,
+            let digest = try? FileDigest.sha256Hex(of: file), digest == record.sha256
+        else { return nil }
+        return file
+    }
+
+    private func notifyFinished(_ transaction: TransactionRecord) async {
+        guard let notifier else { return }
+        var delay: UInt64 = 200_000_000
+        for attempt in 1...5 {
+            do {
+                try await notifier.transactionFinished(transaction)
+                return
+            } catch {
+                logger.warning(
+                    "finish notification failed",
+                    metadata: ["transaction-id": "\(transaction.id)", "attempt": "\(attempt)", "error": "\(error)"])
+                if Task.isCancelled { return }
+                try? await Task.sleep(nanoseconds: delay)
+                delay *= 2
+            }
+        }
+    }
+
+    private func unfinishedDownloads(scope: DeliveryScope) throws -> [DownloadRecord] {
+        let (condition, arguments) = scope.condition
+        return try queue.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT d.* FROM downloads d JOIN transactions t ON t.id = d.transactionId
+                    WHERE d.state != 'finished' AND t.state != 'finished' AND \(condition)
+                    ORDER BY d.createdAt, d.id
+                    """,
+                arguments: arguments
+            ).map(QueueRows.download)
+        }
+    }
+}
+
+/// Lets one progress report through per interval (and the final one), so the store sees a
+/// few writes per second per download however often the transfer reports.
+final class ProgressThrottle: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+    private let lock = NSLock()
+    private let interval: Double
+    private var last: Date = .distantPast
+
+    init(interval: Double) {
+        self.interval = interval
+    }
+
+    func shouldReport(final: Bool, now: Date = Date()) -> Bool {
+        lock.withLock {
+            guard final || now.timeIntervalSince(last) >= interval else { return false }
+            last = now
+            return true
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+
+/// Progress of one download, as the download stage reports it.
+public struct DownloadProgress: Sendable, Equatable {
+    /// Bytes of the whole file on disk so far (a resume counts its durable prefix).
+    public var bytesReceived: Int64
+    public var totalBytes: Int64?
+    public var bytesPerSecond: Double
+    /// Seconds, or nil when unknown.
+    public var timeRemaining: Double?
+
+    public init(bytesReceived: Int64, totalBytes: Int64?, bytesPerSecond: Double, timeRemaining: Double?) {
+        self.bytesReceived = bytesReceived
+        self.totalBytes = totalBytes
+        self.bytesPerSecond = bytesPerSecond
+        self.timeRemaining = timeRemaining
+    }
+}
+
+/// The download stage: fetches a download's package, resumably, and verifies its length and
+/// SHA-256. The real one is `TransferEngine`.
+public protocol ContentDownloading: Sendable {
+    /// Downloads `download.url` into `download.partialPath`, resuming from `journal`, and returns
+    /// the verified package file (`destination`). Cancelling the calling task pauses it: the
+    /// partial data is checkpointed and it throws `CourierError(.paused)`.
+    func download(
+        _ download: DownloadRecord,
+        to destination: URL,
+        journal: any ResumeJournalStore,
+        progress: @escaping @Sendable (DownloadProgress) -> Void
+    ) async throws -> URL
+}
+
+/// The unpack-and-place stage: extracts a verified package into staging and places it in Caches
+/// or Documents. Blocking: the pipeline calls it on its Dispatch pool. The real one is
+/// `ContentPlacer`.
+public protocol ContentInstalling: Sendable {
+    /// Installs `package` as the content of `download` and returns the content folder.
+    /// Refuses hostile packages with `.hostilePackage` and corrupt ones with `.integrity`.
+    func install(package: URL, for download: DownloadRecord) throws -> URL
+}
+
+/// The validate stage: a receipt file's contents to the transactions it proves.
+public protocol TransactionValidating: Sendable {
+    func validate(_ receipt: Data) async throws -> [VerifiedTransaction]
+}
+
+/// The entitle stage: verified transactions to the hosted content they unlock.
+public protocol ContentEntitling: Sendable {
+    func content(for transactions: [VerifiedTransaction]) async throws -> [QueuedContent]
+}
+
+/// Told when a transaction finished (the origin's finish webhook, say). Retried by its caller.
+public protocol FinishNotifying: Sendable {
+    func transactionFinished(_ transaction: TransactionRecord) async throws
+}

@@ -1,0 +1,145 @@
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Who holds a lease: a process on a host, and a token unique to one `LeaseManager`.
+public struct LeaseOwner: Sendable, Equatable, Codable {
+    public var pid: Int32
+    /// The process's start time in clock ticks since boot (`/proc/PID/stat`), so a reused pid is
+    /// not mistaken for the owner.
+    public var startTime: Int64?
+    public var host: String
+    public var token: String
+
+    public init(pid: Int32, startTime: Int64?, host: String, token: String) {
+        self.pid = pid
+        self.startTime = startTime
+        self.host = host
+        self.token = token
+    }
+
+    /// This process, with a fresh token.
+    public static func current() -> LeaseOwner {
+        let pid = getpid()
+        return LeaseOwner(pid: pid, startTime: processStartTime(pid), host: hostName(), token: UUID().uuidString)
+    }
+
+    /// This machine's host name.
+    public static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "localhost" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The start time of process `pid` (field 22 of /proc/PID/stat), or nil if it does not exist.
+    public static func processStartTime(_ pid: Int32) -> Int64? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return nil }
+        // Fields after the command name start at field 3 (state); starttime is field 22.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 19 else { return nil }
+        return Int64(fields[19])
+    }
+
+    /// Whether process `pid` started at `startTime` is alive on this host.
+    public static func isAlive(pid: Int32, startTime: Int64?) -> Bool {
+        if kill(pid, 0) != 0 && errno == ESRCH { return false }
+        if let startTime, let current = processStartTime(pid), current != startTime { return false }
+        if startTime != nil && processStartTime(pid) == nil { return false }
+        return true
+    }
+}
+
+/// A download's lease: one process works a download at a time, and renews its lease with a
+/// heartbeat. A lease is stale, and may be taken over, once its expiry passed or, on the same
+/// host, once its owner process is gone.
+public struct Lease: Sendable, Equatable, Codable {
+    public var downloadId: String
+    public var owner: LeaseOwner
+    public var acquiredAt: Date
+    public var heartbeatAt: Date
+    public var expiresAt: Date
+
+    /// Whether another process may take this lease over at `now`, seen from `host`.
+    public func isStale(now: Date = Date(), host: String = LeaseOwner.hostName()) -> Bool {
+        if expiresAt <= now { return true }
+        if owner.host == host && !LeaseOwner.isAlive(pid: owner.pid, startTime: owner.startTime) { return true }
+        return false
+    }
+
+    init(row: Row) {
+        let heartbeat: Double = row["heartbeatAt"]
+        downloadId = row["downloadId"]
+        owner = LeaseOwner(pid: row["ownerPid"], startTime: row["ownerStartTime"], host: row["host"], token: row["token"])
+        acquiredAt = Date(timeIntervalSince1970: row["acquiredAt"])
+        heartbeatAt = Date(timeIntervalSince1970: heartbeat)
+        expiresAt = Date(timeIntervalSince1970: row["expiresAt"])
+    }
+}
+
+/// Takes, renews and releases download leases for one owner. Each operation is one database
+/// transaction (IMMEDIATE), so two processes racing for one download serialise in SQLite and
+/// exactly one wins.
+public struct LeaseManager: Sendable {
+    public let owner: LeaseOwner
+    /// Seconds a lease lasts past its last heartbeat.
+    public let duration: Double
+
+    public init(owner: LeaseOwner = .current(), duration: Double) {
+        self.owner = owner
+        self.duration = duration
+    }
+
+    /// The lease on `downloadId`, if any.
+    public static func lease(_ db: Database, downloadId: String) throws -> Lease? {
+        try Row.fetchOne(db, sql: "SELECT * FROM leases WHERE downloadId = ?", arguments: [downloadId]).map(Lease.init)
+    }
+
+    /// Takes the lease on `downloadId` inside the caller's transaction: free, ours already, or
+    /// stale. Throws `CourierError(.leased)` when a live owner holds it.
+    @discardableResult
+    public func acquire(_ db: Database, downloadId: String, now: Date = Date()) throws -> Lease {
+        if let existing = try Self.lease(db, downloadId: downloadId), existing.owner.token != owner.token,
+            !existing.isStale(now: now, host: owner.host)
+        {
+            throw CourierError(
+                .leased,
+                "download \(downloadId) is being worked by process \(existing.owner.pid) on \(existing.owner.host)",
+                hint: "pause or cancel it there, or wait for its lease to expire")
+        }
+        let expires = now.addingTimeInterval(duration)
+        try db.execute(
+            sql: """
+                INSERT OR REPLACE INTO leases (downloadId, ownerPid, ownerStartTime, host, token, acquiredAt, heartbeatAt, expiresAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                downloadId, owner.pid, owner.startTime, owner.host, owner.token, now.timeIntervalSince1970,
+                now.timeIntervalSince1970, expires.timeIntervalSince1970,
+            ])
+        guard let lease = try Self.lease(db, downloadId: downloadId) else {
+            throw CourierError(.internal, "the lease on \(downloadId) vanished inside its transaction")
+        }
+        return lease
+    }
+
+    /// Renews our lease on `downloadId`; returns false when we no longer hold it.
+    public func heartbeat(_ db: Database, downloadId: String, now: Date = Date()) throws -> Bool {
+        try db.execute(
+            sql: "UPDATE leases SET heartbeatAt = ?, expiresAt = ? WHERE downloadId = ? AND token = ?",
+            arguments: [
+                now.timeIntervalSince1970, now.addingTimeInterval(duration).timeIntervalSince1970, downloadId,
+                owner.token,
+            ])
+        return db.changesCount == 1
+    }
+
+    /// Gives up our lease on `downloadId` (no effect if another owner took it over).
+    public func release(_ db: Database, downloadId: String) throws {
+        try db.execute(sql: "DELETE FROM leases WHERE downloadId = ? AND token = ?", arguments: [downloadId, owner.token])
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import GRDB
+
+/// Why a download counts as stalled (DESIGN.md, "CLI for stalled downloads").
+public enum StallReason: String, Sendable, Codable {
+    /// Active, but the process holding its lease died or stopped its heartbeat.
+    case ownerDied
+    /// Active, but no byte arrived for the stall timeout.
+    case noBytes
+    /// Paused when its process was stopped (SIGTERM, SIGINT, kill).
+    case interrupted
+    /// Failed or paused for the network.
+    case network
+    /// Paused for lack of disk space.
+    case insufficientSpace
+}
+
+/// One line of `courier list`: a transaction and one of its downloads (none when it has no
+/// content), with the download's lease and whether it is stalled.
+public struct QueueEntry: Sendable, Codable, Equatable {
+    public var transactionId: String
+    public var productId: String
+    public var transactionState: TransactionState
+    public var transactionCreatedAt: Date
+    public var download: DownloadRecord?
+    public var lease: Lease?
+    /// Whether the lease's owner is alive (nil without a lease).
+    public var ownerAlive: Bool?
+    public var stalled: StallReason?
+}
+
+extension DownloadRecord {
+    /// Why this download is stalled at `now`, given its lease, or nil if it is not.
+    public func stallReason(lease: Lease?, now: Date = Date(), stallTimeout: Double, host: String = LeaseOwner.hostName())
+        -> StallReason?
+    {
+        switch state {
+        case .active:
+            guard let lease, !lease.isStale(now: now, host: host) else { return .ownerDied }
+            let lastBytes = lastProgressAt ?? lease.acquiredAt
+            return now.timeIntervalSince(lastBytes) > stallTimeout ? .noBytes : nil
+        case .paused:
+            switch pauseReason {
+            case CourierError.Code.interrupted.rawValue: return .interrupted
+            case CourierError.Code.insufficientSpace.rawValue: return .insufficientSpace
+            case CourierError.Code.network.rawValue: return .network
+            default: return nil
+            }
+        case .failed:
+            return errorCode == .network ? .network : nil
+        case .waiting, .finished, .cancelled:
+            return nil
+        }
+    }
+}
+
+extension PaymentQueue {
+    /// The queue as `courier list` shows it, oldest transaction first: one entry per download,
+    /// and one for each transaction without content. Finished transactions only when
+    /// `includeFinished`. One query, so it stays fast with tens of thousands of transactions.
+    public func entries(includeFinished: Bool = false, now: Date = Date()) throws -> [QueueEntry] {
+        let host = leases.owner.host
+        let stallTimeout = configuration.stallTimeout
+        return try read { db in
+            let rows = try Row.fetchCursor(
+                db,
+                sql: """
+                    SELECT t.id AS t_id, t.productId AS t_productId, t.state AS t_state, t.createdAt AS t_createdAt,
+                        l.downloadId AS l_downloadId, l.ownerPid AS l_ownerPid, l.ownerStartTime AS l_ownerStartTime,
+                        l.host AS l_host, l.token AS l_token, l.acquiredAt AS l_acquiredAt,
+                        l.heartbeatAt AS l_heartbeatAt, l.expiresAt AS l_expiresAt, d.*
+                    FROM transactions t
+                    LEFT JOIN downloads d ON d.transactionId = t.id
+                    LEFT JOIN leases l ON l.downloadId = d.id
+                    \(includeFinished ? "" : "WHERE t.state != 'finished'")
+                    ORDER BY t.createdAt, t.id, d.createdAt, d.id
+                    """)
+            var entries: [QueueEntry] = []
+            var liveness: [String: Bool] = [:]
+            while let row = try rows.next() {
+                let stateText: String = row["t_state"]
+                let download: DownloadRecord? = (row["id"] as String?) == nil ? nil : try QueueRows.download(row)
+                var lease: Lease?
+                if let leaseId: String = row["l_downloadId"] {
+                    lease = Lease(
+                        downloadId: leaseId,
+                        owner: LeaseOwner(pid: row["l_ownerPid"], startTime: row["l_ownerStartTime"], host: row["l_host"], token: row["l_token"]),
+                        acquiredAt: Date(timeIntervalSince1970: row["l_acquiredAt"]),
+                        heartbeatAt: Date(timeIntervalSince1970: row["l_heartbeatAt"]),
+                        expiresAt: Date(timeIntervalSince1970: row["l_expiresAt"]))
+                }
+                var alive: Bool?
+                if let lease {
+                    let key = "\(lease.owner.host) \(lease.owner.pid) \(lease.owner.startTime ?? -1) \(lease.expiresAt <= now)"
+                    if let known = liveness[key] {
+                        alive = known
+                    } else {
+                        alive = !lease.isStale(now: now, host: host)
+                        liveness[key] = alive
+                    }
+                }
+                entries.append(
+                    QueueEntry(
+                        transactionId: row["t_id"], productId: row["t_productId"],
+                        transactionState: TransactionState(rawValue: stateText) ?? .failed,
+                        transactionCreatedAt: Date(timeIntervalSince1970: row["t_createdAt"]),
+                        download: download, lease: lease, ownerAlive: alive,
+                        stalled: download?.stallReason(lease: lease, now: now, stallTimeout: stallTimeout, host: host)))
+            }
+            return entries
+        }
+    }
+
+    /// Downloads that are stalled now (see `StallReason`).
+    public func stalledDownloads(now: Date = Date()) throws -> [DownloadRecord] {
+        try entries(now: now).filter { $0.stalled != nil }.compactMap(\.download)
+    }
+
+    /// Moves stalled downloads back to waiting so a pipeline picks them up: an active one whose
+    /// owner died, or a paused or failed one for a retryable reason. An active one with a live
+    /// but silent owner is paused (its owner stops at its next heartbeat) and then waits.
+    @discardableResult
+    public func requeueStalled(now: Date = Date()) throws -> [DownloadRecord] {
+        var moved: [DownloadRecord] = []
+        for entry in try entries(now: now) {
+            guard let download = entry.download, let reason = entry.stalled else { continue }
+            switch reason {
+            case .ownerDied:
+                if let record = try transition(download.id, .ownerDied) { moved.append(record) }
+            case .noBytes:
+                try transition(download.id, .pause(reason: nil))
+                if let record = try transition(download.id, .resume) { moved.append(record) }
+            case .interrupted, .network, .insufficientSpace:
+                if let record = try transition(download.id, .resume) { moved.append(record) }
+            }
+        }
+        return moved
+    }
+}
+
+extension Lease {
+    init(downloadId: String, owner: LeaseOwner, acquiredAt: Date, heartbeatAt: Date, expiresAt: Date) {
+        self.downloadId = downloadId
+        self.owner = owner
+        self.acquiredAt = acquiredAt
+        self.heartbeatAt = heartbeatAt
+        self.expiresAt = expiresAt
+    }
+}

@@ -1,0 +1,184 @@
+import Foundation
+import GRDB
+
+extension CourierError.Code {
+    /// Why a download paused when its process stopped (SIGTERM, SIGINT, shutdown): picked up
+    /// again automatically by the next pipeline run, unlike a user's pause.
+    public static let interrupted = CourierError.Code(rawValue: "interrupted")
+}
+
+/// Which downloads a pipeline run works.
+public enum DeliveryScope: Sendable, Equatable {
+    /// Every unfinished download in the store.
+    case all
+    case downloads(Set<String>)
+    case transactions(Set<String>)
+
+    /// A SQL condition on `downloads d` and its arguments.
+    var condition: (sql: String, arguments: StatementArguments) {
+        switch self {
+        case .all:
+            return ("1", [])
+        case .downloads(let ids):
+            let list = Array(ids)
+            return ("d.id IN (\(list.map { _ in "?" }.joined(separator: ",")))", StatementArguments(list))
+        case .transactions(let ids):
+            let list = Array(ids)
+            return ("d.transactionId IN (\(list.map { _ in "?" }.joined(separator: ",")))", StatementArguments(list))
+        }
+    }
+}
+
+extension PaymentQueue {
+    /// Takes up to `limit` downloads of `scope` that need a worker, each in its own database
+    /// transaction: waiting ones, ones paused by an interruption, and active ones whose owner
+    /// died (their lease is stale). Each comes back `active` under this process's lease.
+    func claim(scope: DeliveryScope, limit: Int, now: Date = Date()) throws -> [DownloadRecord] {
+        guard limit > 0 else { return [] }
+        if case .downloads(let ids) = scope, ids.isEmpty { return [] }
+        if case .transactions(let ids) = scope, ids.isEmpty { return [] }
+        let (condition, arguments) = scope.condition
+        let candidates: [String] = try read { db in
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT d.id FROM downloads d JOIN transactions t ON t.id = d.transactionId
+                    LEFT JOIN leases l ON l.downloadId = d.id
+                    WHERE (d.state = 'waiting' OR d.state = 'active'
+                           OR (d.state = 'paused' AND d.pauseReason = 'interrupted'))
+                      AND t.state IN ('purchased', 'restored')
+                      AND (l.token IS NULL OR l.token != ?)
+                      AND \(condition)
+                    ORDER BY d.createdAt, d.id LIMIT ?
+                    """,
+                arguments: [leases.owner.token] + arguments + [limit * 4 + 8])
+        }
+        var claimed: [DownloadRecord] = []
+        for id in candidates where claimed.count < limit {
+            let record: DownloadRecord? = try commit { db in
+                guard var record = try QueueRows.fetchDownload(db, id: id) else { return (nil, []) }
+                let interrupted = record.state == .paused && record.pauseReason == CourierError.Code.interrupted.rawValue
+                guard record.state == .waiting || record.state == .active || interrupted else { return (nil, []) }
+                if let existing = try LeaseManager.lease(db, downloadId: id),
+                    existing.owner.token == self.leases.owner.token
+                        || !existing.isStale(now: now, host: self.leases.owner.host)
+                {
+                    return (nil, [])
+                }
+                var machine = DownloadStateMachine(record: record)
+                if record.state == .active { _ = try machine.handle(.ownerDied) }
+                _ = try machine.handle(.start)
+                try self.leases.acquire(db, downloadId: id, now: now)
+                record.state = machine.state
+                record.pauseReason = nil
+                record.errorCode = nil
+                record.errorMessage = nil
+                record.rate = 0
+                record.updatedAt = now
+                try QueueRows.updateState(db, download: record)
+                return (record, [.updatedDownloads([record])])
+            }
+            if let record { claimed.append(record) }
+        }
+        return claimed
+    }
+
+    /// Whether some download of `scope` still needs work but another live process holds it.
+    func hasWorkHeldElsewhere(scope: DeliveryScope, now: Date = Date()) throws -> Bool {
+        if case .all = scope { return false }
+        let (condition, arguments) = scope.condition
+        let leases: [Lease] = try read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT l.* FROM downloads d JOIN leases l ON l.downloadId = d.id
+                    WHERE d.state IN ('waiting', 'active', 'paused') AND \(condition)
+                    """,
+                arguments: arguments
+            ).map(Lease.init)
+        }
+        return leases.contains { $0.owner.token != self.leases.owner.token && !$0.isStale(now: now, host: self.leases.owner.host) }
+    }
+
+    /// Renews this process's lease on `downloadId`; returns false when the lease was lost or
+    /// the download is no longer active (another process paused or cancelled it).
+    func heartbeat(_ downloadId: String, now: Date = Date()) throws -> Bool {
+        try commit { db in
+            let held = try self.leases.heartbeat(db, downloadId: downloadId, now: now)
+            let state = try String.fetchOne(db, sql: "SELECT state FROM downloads WHERE id = ?", arguments: [downloadId])
+            return (held && state == DownloadState.active.rawValue, [])
+        }
+    }
+
+    /// Gives up this process's lease on `downloadId`.
+    func releaseLease(_ downloadId: String) {
+        _ = try? commit { db in
+            try self.leases.release(db, downloadId: downloadId)
+            return ((), [])
+        }
+    }
+
+    /// Records the progress of an active download and tells observers.
+    func recordProgress(_ downloadId: String, _ progress: DownloadProgress, length: Int64, now: Date = Date()) {
+        _ = try? commit { db -> (Void, [PaymentQueueEvent]) in
+            let total = progress.totalBytes ?? length
+            let fraction = total > 0 ? min(1, Double(progress.bytesReceived) / Double(total)) : 0
+            try db.execute(
+                sql: """
+                    UPDATE downloads SET progress = ?, rate = ?, timeRemaining = ?, updatedAt = ?,
+                        lastProgressAt = CASE WHEN ? > bytesReceived THEN ? ELSE lastProgressAt END,
+                        bytesReceived = ?
+                    WHERE id = ? AND state = 'active'
+                    """,
+                arguments: [
+                    fraction, progress.bytesPerSecond, progress.timeRemaining, now.timeIntervalSince1970,
+                    progress.bytesReceived, now.timeIntervalSince1970, progress.bytesReceived, downloadId,
+                ])
+            guard db.changesCount == 1, let record = try QueueRows.fetchDownload(db, id: downloadId) else { return ((), []) }
+            return ((), [.updatedDownloads([record])])
+        }
+    }
+
+    /// Finishes `transactionId` if every one of its downloads is finished (none cancelled):
+    /// the pipeline's automatic finish. Returns the record when this call finished it.
+    func finishIfDelivered(_ transactionId: String) throws -> TransactionRecord? {
+        let downloads = try downloads(transactionId: transactionId)
+        guard downloads.allSatisfy({ $0.state == .finished }) else { return nil }
+        guard let transaction = try transaction(transactionId), transaction.state == .purchased || transaction.state == .restored
+        else { return nil }
+        let (record, finishedNow) = try finish(transactionId)
+        return finishedNow ? record : nil
+    }
+
+    /// The unfinished transactions of `scope` whose downloads are all finished (a process died
+    /// between placing the last one and finishing), plus those with no content at all.
+    func deliveredButUnfinished(scope: DeliveryScope) throws -> [String] {
+        let condition: String
+        let arguments: StatementArguments
+        switch scope {
+        case .all:
+            (condition, arguments) = ("1", [])
+        case .transactions(let ids):
+            let list = Array(ids)
+            (condition, arguments) = ("t.id IN (\(list.map { _ in "?" }.joined(separator: ",")))", StatementArguments(list))
+        case .downloads(let ids):
+            let list = Array(ids)
+            (condition, arguments) = (
+                "t.id IN (SELECT transactionId FROM downloads WHERE id IN (\(list.map { _ in "?" }.joined(separator: ","))))",
+                StatementArguments(list)
+            )
+        }
+        return try read { db in
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT t.id FROM transactions t
+                    WHERE t.state IN ('purchased', 'restored')
+                      AND NOT EXISTS (SELECT 1 FROM downloads d WHERE d.transactionId = t.id AND d.state != 'finished')
+                      AND \(condition)
+                    ORDER BY t.createdAt
+                    """,
+                arguments: arguments)
+        }
+    }
+}

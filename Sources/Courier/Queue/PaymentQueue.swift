@@ -1,0 +1,359 @@
+import Foundation
+import GRDB
+import Logging
+
+/// The persistent transaction queue, shaped like StoreKit's `SKPaymentQueue`: verified
+/// transactions go in with the downloads of the content they unlock; observers and `events()`
+/// hear every committed change; downloads can be started, paused, resumed, cancelled and
+/// discarded; a transaction is finished once all its downloads are.
+///
+/// Every state change is one database transaction in `Storage/state.sqlite`, durable before it is
+/// reported. Many processes may open one store: a download is worked under a lease (`LeaseManager`),
+/// and a pause or cancel written by one process reaches the lease owner at its next heartbeat.
+public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`; commits by `commitLock`.
+    public let store: StateStore
+    public let layout: StorageLayout
+    public let configuration: QueueConfiguration
+    /// This process's leases.
+    public let leases: LeaseManager
+    let logger: Logger
+    let events: PaymentQueueEvents
+    let journals: DatabaseJournalStore
+
+    /// Held across a commit and the publication of its events, so events arrive in commit order.
+    private let commitLock = NSLock()
+    private let lock = NSLock()
+    /// Cancels the in-process work on a download (set by the pipeline while it works one).
+    private var stopHandlers: [String: @Sendable () -> Void] = [:]
+
+    public init(store: StateStore, layout: StorageLayout, configuration: QueueConfiguration = .init(), logger: Logger) {
+        self.store = store
+        self.layout = layout
+        self.configuration = configuration
+        self.leases = LeaseManager(duration: configuration.leaseDuration)
+        self.logger = logger
+        self.events = PaymentQueueEvents()
+        self.journals = DatabaseJournalStore(store: store)
+    }
+
+    /// Opens the state database of `layout` and the queue over it.
+    public convenience init(layout: StorageLayout, configuration: QueueConfiguration = .init(), logger: Logger) throws {
+        try self.init(store: StateStore(layout: layout), layout: layout, configuration: configuration, logger: logger)
+    }
+
+    // MARK: Observers
+
+    /// Adds an observer (held weakly). It hears changes committed from now on.
+    public func addObserver(_ observer: any PaymentQueueObserver) { events.add(observer) }
+
+    public func removeObserver(_ observer: any PaymentQueueObserver) { events.remove(observer) }
+
+    /// The queue's events from now on, in commit order. Slow consumers lose the oldest events
+    /// beyond 4,096 buffered; the store always has the current state.
+    public func eventStream() -> AsyncStream<PaymentQueueEvent> { events.stream() }
+
+    // MARK: Adding
+
+    /// Queues verified transactions and the downloads of `content` (matched by transaction id).
+    /// A transaction already in the queue is left as it is, so one purchase is never queued or
+    /// delivered twice. Returns the transactions' records as stored.
+    @discardableResult
+    public func add(_ transactions: [VerifiedTransaction], content: [QueuedContent], restored: Bool = false) throws
+        -> [TransactionRecord]
+    {
+        var result: [TransactionRecord] = []
+        for verified in transactions {
+            let items = content.filter { $0.transactionId == verified.transactionId }
+            let (record, downloads, inserted) = try commit { db -> ((TransactionRecord, [DownloadRecord], Bool), [PaymentQueueEvent]) in
+                if let existing = try QueueRows.fetchTransaction(db, id: verified.transactionId) {
+                    return ((existing, [], false), [])
+                }
+                let now = Date()
+                var machine = TransactionStateMachine(state: .purchasing)
+                if verified.revocationDate != nil {
+                    _ = try machine.handle(.failed(CourierError(.notEntitled, "the App Store revoked this transaction")))
+                } else {
+                    _ = try machine.handle(.verified(restored: restored))
+                }
+                let record = TransactionRecord(
+                    id: verified.transactionId, originalTransactionId: verified.originalTransactionId,
+                    productId: verified.productId, state: machine.state, restored: restored, verified: verified,
+                    errorCode: machine.error?.code, errorMessage: machine.error?.message, createdAt: now, updatedAt: now)
+                try QueueRows.insert(db, transaction: record)
+                var downloads: [DownloadRecord] = []
+                if machine.state != .failed {
+                    for item in items {
+                        let id = DownloadRecord.makeId(transactionId: record.id, contentIdentifier: item.contentIdentifier)
+                        let download = DownloadRecord(
+                            id: id, transactionId: record.id, contentIdentifier: item.contentIdentifier,
+                            productId: item.productId, url: item.url, sha256: item.sha256.lowercased(),
+                            length: item.length, version: item.version, placement: item.placement,
+                            unpackedLength: item.unpackedLength, state: .waiting, pauseReason: nil, progress: 0,
+                            bytesReceived: 0, rate: 0, timeRemaining: nil, lastProgressAt: nil, errorCode: nil,
+                            errorMessage: nil, etag: nil, lastModified: nil, totalLength: nil, durableOffset: 0,
+                            partialPath: self.partialFile(forDownload: id).path, contentURL: nil, createdAt: now,
+                            updatedAt: now)
+                        try QueueRows.insert(db, download: download)
+                        downloads.append(download)
+                    }
+                }
+                var events: [PaymentQueueEvent] = [.updatedTransactions([record])]
+                if !downloads.isEmpty { events.append(.updatedDownloads(downloads)) }
+                return ((record, downloads, true), events)
+            }
+            if inserted {
+                logger.debug(
+                    "queued transaction", metadata: ["transaction-id": "\(record.id)", "downloads": "\(downloads.count)"])
+            }
+            result.append(record)
+        }
+        return result
+    }
+
+    /// Restores the completed transactions of the chosen products only (never everything by
+    /// default): those of `transactions` whose product is in `productIds` are queued as
+    /// `restored`. Observers then hear `restoreCompleted`, or `restoreFailed` with the error.
+    /// A transaction this store already finished is not delivered again.
+    @discardableResult
+    public func restore(_ transactions: [VerifiedTransaction], content: [QueuedContent], productIds: Set<String>) throws
+        -> [TransactionRecord]
+    {
+        do {
+            guard !productIds.isEmpty else {
+                throw CourierError(
+                    .usage, "a restore needs the products to restore", hint: "name them with --product ID")
+            }
+            let chosen = transactions.filter { productIds.contains($0.productId) && $0.revocationDate == nil }
+            let records = try add(chosen, content: content, restored: true)
+            publish([.restoreCompleted(productIds: productIds.sorted())])
+            return records
+        } catch {
+            let failure = error as? CourierError ?? CourierError(.internal, "the restore failed", cause: "\(error)")
+            publish([.restoreFailed(failure)])
+            throw failure
+        }
+    }
+
+    // MARK: Reading
+
+    public func transaction(_ id: String) throws -> TransactionRecord? {
+        try read { db in try QueueRows.fetchTransaction(db, id: id) }
+    }
+
+    public func download(_ id: String) throws -> DownloadRecord? {
+        try read { db in try QueueRows.fetchDownload(db, id: id) }
+    }
+
+    /// The downloads of `transactionId`, oldest first.
+    public func downloads(transactionId: String) throws -> [DownloadRecord] {
+        try read { db in try QueueRows.fetchDownloads(db, transactionId: transactionId) }
+    }
+
+    /// Every transaction not yet finished, oldest first: what a process picks up at start.
+    public func unfinished() throws -> [TransactionRecord] {
+        try read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM transactions WHERE state != 'finished' ORDER BY createdAt, id"
+            ).map(QueueRows.transaction)
+        }
+    }
+
+    /// The lease on `downloadId`, if any.
+    public func lease(_ downloadId: String) throws -> Lease? {
+        try read { db in try LeaseManager.lease(db, downloadId: downloadId) }
+    }
+
+    /// The downloads an id names: a download id, a transaction id (all its downloads), or an
+    /// unambiguous prefix of either. Throws `notFound` or, for an ambiguous prefix, `usage`.
+    public func resolve(_ id: String) throws -> [DownloadRecord] {
+        try read { db in
+            if let download = try QueueRows.fetchDownload(db, id: id) { return [download] }
+            if try QueueRows.fetchTransaction(db, id: id) != nil {
+                return try QueueRows.fetchDownloads(db, transactionId: id)
+            }
+            let pattern = id.replacingOccurrences(of: "%", with: "").replacingOccurrences(of: "_", with: "") + "%"
+            let downloadIds = try String.fetchAll(db, sql: "SELECT id FROM downloads WHERE id LIKE ? LIMIT 2", arguments: [pattern])
+            let transactionIds = try String.fetchAll(
+                db, sql: "SELECT id FROM transactions WHERE id LIKE ? LIMIT 2", arguments: [pattern])
+            if downloadIds.count + transactionIds.count > 1 {
+                throw CourierError(.usage, "\(id) names more than one download or transaction", hint: "give more of the id")
+            }
+            if let only = downloadIds.first, let download = try QueueRows.fetchDownload(db, id: only) { return [download] }
+            if let only = transactionIds.first { return try QueueRows.fetchDownloads(db, transactionId: only) }
+            throw CourierError(.notFound, "no download or transaction \(id)", hint: "see `courier list --all`")
+        }
+    }
+
+    // MARK: Controlling downloads
+
+    /// Starts downloads: a paused or failed one waits for a worker again (as `resume`); a
+    /// waiting one is left for the next worker.
+    @discardableResult
+    public func start(_ downloadIds: [String]) throws -> [DownloadRecord] {
+        try resume(downloadIds)
+    }
+
+    /// Pauses downloads. An active one stops at once when this process works it, or at its
+    /// owner's next heartbeat when another process does; its partial data is kept.
+    @discardableResult
+    public func pause(_ downloadIds: [String]) throws -> [DownloadRecord] {
+        try downloadIds.compactMap { id in try transition(id, .pause(reason: nil)) }
+    }
+
+    /// Resumes paused or failed downloads: they wait for a worker again, from their journal.
+    @discardableResult
+    public func resume(_ downloadIds: [String]) throws -> [DownloadRecord] {
+        try downloadIds.compactMap { id in try transition(id, .resume) }
+    }
+
+    /// Cancels downloads and drops their partial data.
+    @discardableResult
+    public func cancel(_ downloadIds: [String]) throws -> [DownloadRecord] {
+        try downloadIds.compactMap { id in try transition(id, .cancel) }
+    }
+
+    /// Drops a download's partial data, keeping its state: a later resume starts from zero.
+    /// Refused while the download is active or another live process holds its lease.
+    @discardableResult
+    public func discard(_ downloadId: String) throws -> DownloadRecord? {
+        try transition(downloadId, .discard, requireLease: true)
+    }
+
+    /// Finishes a transaction: refused (`invalidState`) while any of its downloads is waiting,
+    /// active, paused or failed; idempotent once finished. Returns the record and whether this
+    /// call finished it.
+    @discardableResult
+    public func finish(_ transactionId: String) throws -> (transaction: TransactionRecord, finishedNow: Bool) {
+        try commit { db in
+            guard var record = try QueueRows.fetchTransaction(db, id: transactionId) else {
+                throw CourierError(.notFound, "no transaction \(transactionId)")
+            }
+            let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
+            var machine = TransactionStateMachine(state: record.state)
+            let actions = try machine.handle(.finish(downloads: downloads.map(\.state)))
+            guard actions.contains(.markFinished) else { return ((record, false), []) }
+            let now = Date()
+            record.state = machine.state
+            record.updatedAt = now
+            record.finishedAt = now
+            try QueueRows.update(db, transaction: record)
+            record = try QueueRows.fetchTransaction(db, id: transactionId) ?? record
+            try db.execute(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)", arguments: [transactionId])
+            return ((record, true), [.updatedTransactions([record]), .removedTransactions([record])])
+        }
+    }
+
+    // MARK: Internals shared with the pipeline
+
+    /// The partial file of a download, under Storage/Downloads/.
+    public func partialFile(forDownload id: String) -> URL {
+        layout.downloads.appendingPathComponent("\(id).part")
+    }
+
+    /// Where a download's verified package lands before it is installed.
+    public func packageFile(forDownload id: String) -> URL {
+        layout.downloads.appendingPathComponent("\(id).zip")
+    }
+
+    /// Registers how to stop this process's work on `downloadId` (nil to clear).
+    func setStopHandler(_ downloadId: String, _ handler: (@Sendable () -> Void)?) {
+        lock.withLock { stopHandlers[downloadId] = handler }
+    }
+
+    /// Applies `event` to a download in one database transaction and performs its actions.
+    /// Returns the record after the move, or nil if nothing changed.
+    @discardableResult
+    func transition(_ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool = false) throws
+        -> DownloadRecord?
+    {
+        let (record, actions, removeFiles) = try commit { db -> ((DownloadRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
+            guard var record = try QueueRows.fetchDownload(db, id: downloadId) else {
+                throw CourierError(.notFound, "no download \(downloadId)")
+            }
+            var machine = DownloadStateMachine(record: record)
+            let before = machine
+            let actions = try machine.handle(event)
+            // Partial data may be dropped only by the lease holder: take the lease if it is free
+            // or stale; a live owner drops it itself when it sees the new state.
+            var removeFiles = false
+            if actions.contains(.removePartialData) || requireLease {
+                let existing = try LeaseManager.lease(db, downloadId: downloadId)
+                let ours = existing?.owner.token == self.leases.owner.token
+                if existing == nil || ours || existing?.isStale(host: self.leases.owner.host) == true {
+                    removeFiles = true
+                    if !ours { try db.execute(sql: "DELETE FROM leases WHERE downloadId = ?", arguments: [downloadId]) }
+                } else if requireLease, let existing {
+                    throw CourierError(
+                        .leased,
+                        "download \(downloadId) is held by process \(existing.owner.pid) on \(existing.owner.host)",
+                        hint: "pause it there first, or wait for its lease to expire")
+                }
+            }
+            guard machine != before || removeFiles else { return ((nil, actions, false), []) }
+            let now = Date()
+            record.state = machine.state
+            record.pauseReason = machine.pauseReason
+            record.errorCode = machine.error?.code
+            record.errorMessage = machine.error?.message
+            record.contentURL = machine.contentURL
+            record.updatedAt = now
+            if record.state != .active { record.rate = 0 }
+            if record.state == .finished {
+                record.progress = 1
+                record.bytesReceived = record.length
+                record.timeRemaining = 0
+            }
+            try QueueRows.updateState(db, download: record)
+            if removeFiles && (actions.contains(.removePartialData) || event == .discard) {
+                try QueueRows.resetJournal(db, downloadId: downloadId, now: now)
+                record = try QueueRows.fetchDownload(db, id: downloadId) ?? record
+            }
+            return ((record, actions, removeFiles), [.updatedDownloads([record])])
+        }
+        if removeFiles {
+            removePartialData(downloadId)
+        }
+        if actions.contains(.stopTransfer) {
+            let handler = lock.withLock { stopHandlers[downloadId] }
+            handler?()
+        }
+        return record
+    }
+
+    /// Deletes the partial file and any verified package of a download.
+    func removePartialData(_ downloadId: String) {
+        for file in [partialFile(forDownload: downloadId), packageFile(forDownload: downloadId)] {
+            try? FileManager.default.removeItem(at: file)
+        }
+    }
+
+    /// Runs `body` in one IMMEDIATE database transaction, then publishes its events in commit order.
+    func commit<T>(_ body: (Database) throws -> (T, [PaymentQueueEvent])) throws -> T {
+        try commitLock.withLock {
+            let (value, events): (T, [PaymentQueueEvent])
+            do {
+                (value, events) = try store.pool.write { db in try body(db) }
+            } catch let error as CourierError {
+                throw error
+            } catch {
+                throw CourierError(.io, "the state database refused a change", cause: "\(error)")
+            }
+            self.events.publish(events, from: self)
+            return value
+        }
+    }
+
+    func publish(_ events: [PaymentQueueEvent]) {
+        commitLock.withLock { self.events.publish(events, from: self) }
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try store.pool.read { db in try body(db) }
+        } catch let error as CourierError {
+            throw error
+        } catch {
+            throw CourierError(.io, "cannot read the state database", cause: "\(error)")
+        }
+    }
+}

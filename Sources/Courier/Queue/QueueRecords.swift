@@ -1,0 +1,159 @@
+import Foundation
+
+/// A transaction's state, with StoreKit's names (DESIGN.md, "States").
+public enum TransactionState: String, Sendable, Codable, CaseIterable {
+    case purchasing, purchased, failed, restored, deferred, finished
+}
+
+/// A download's state, with StoreKit's names: `waiting -> active <-> paused -> finished | failed | cancelled`.
+public enum DownloadState: String, Sendable, Codable, CaseIterable {
+    case waiting, active, paused, finished, failed, cancelled
+
+    /// Whether the download will never move again without a user's action (finished or cancelled).
+    public var isSettled: Bool { self == .finished || self == .cancelled }
+}
+
+extension CourierError.Code {
+    /// The operation does not apply to the record's current state (finish with unfinished
+    /// downloads, discard of an active download, start of a finished one).
+    public static let invalidState = CourierError.Code(rawValue: "invalidState")
+    /// Another live process holds the lease on this download.
+    public static let leased = CourierError.Code(rawValue: "leased")
+}
+
+/// A transaction in the queue: the verified purchase and where it is in the flow.
+public struct TransactionRecord: Sendable, Codable, Equatable {
+    /// The App Store transaction id (unique: a transaction is queued and delivered once).
+    public var id: String
+    public var originalTransactionId: String
+    public var productId: String
+    public var state: TransactionState
+    /// Whether a restore, not a purchase, put it in the queue.
+    public var restored: Bool
+    public var verified: VerifiedTransaction
+    public var errorCode: CourierError.Code?
+    public var errorMessage: String?
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var finishedAt: Date?
+
+    public init(
+        id: String, originalTransactionId: String, productId: String, state: TransactionState, restored: Bool,
+        verified: VerifiedTransaction, errorCode: CourierError.Code? = nil, errorMessage: String? = nil,
+        createdAt: Date, updatedAt: Date, finishedAt: Date? = nil
+    ) {
+        self.id = id
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.state = state
+        self.restored = restored
+        self.verified = verified
+        self.errorCode = errorCode
+        self.errorMessage = errorMessage
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.finishedAt = finishedAt
+    }
+}
+
+/// Hosted content a transaction unlocks, as the queue needs it: the entitlement stage's output.
+public struct QueuedContent: Sendable, Hashable {
+    /// The folder name under Caches/ or Documents/: the product id, or `<productId>.<itemId>`.
+    public var contentIdentifier: String
+    public var productId: String
+    public var transactionId: String
+    /// The package's absolute URL (already resolved against the catalog's location).
+    public var url: URL
+    public var sha256: String
+    public var length: Int64
+    public var version: String
+    public var placement: Catalog.Placement
+    public var unpackedLength: Int64?
+
+    public init(
+        contentIdentifier: String, productId: String, transactionId: String, url: URL, sha256: String,
+        length: Int64, version: String, placement: Catalog.Placement, unpackedLength: Int64? = nil
+    ) {
+        self.contentIdentifier = contentIdentifier
+        self.productId = productId
+        self.transactionId = transactionId
+        self.url = url
+        self.sha256 = sha256
+        self.length = length
+        self.version = version
+        self.placement = placement
+        self.unpackedLength = unpackedLength
+    }
+}
+
+/// A download in the queue: one content package of one transaction, its progress, its resume
+/// journal and, once finished, where its content is.
+public struct DownloadRecord: Sendable, Codable, Equatable {
+    public var id: String
+    public var transactionId: String
+    public var contentIdentifier: String
+    public var productId: String
+    public var url: URL
+    public var sha256: String
+    /// The package's length in bytes (StoreKit's `contentLength`).
+    public var length: Int64
+    /// The package's `ContentVersion` (StoreKit's `contentVersion`).
+    public var version: String
+    public var placement: Catalog.Placement
+    public var unpackedLength: Int64?
+    public var state: DownloadState
+    /// Why it is paused: `user`, or an error code such as `insufficientSpace` or `network`.
+    public var pauseReason: String?
+    /// 0...1.
+    public var progress: Double
+    public var bytesReceived: Int64
+    /// Bytes per second, last measured (0 when not transferring).
+    public var rate: Double
+    /// Seconds, or nil when unknown.
+    public var timeRemaining: Double?
+    /// When bytes last arrived.
+    public var lastProgressAt: Date?
+    /// Set only when failed (or paused for an error).
+    public var errorCode: CourierError.Code?
+    public var errorMessage: String?
+    public var etag: String?
+    public var lastModified: String?
+    public var totalLength: Int64?
+    public var durableOffset: Int64
+    /// The partial file, under Storage/Downloads/.
+    public var partialPath: String
+    /// Where the content was placed; set only when finished.
+    public var contentURL: URL?
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    /// The error, when failed or paused for an error.
+    public var error: CourierError? {
+        errorCode.map { CourierError($0, errorMessage ?? $0.rawValue) }
+    }
+
+    /// The resume journal kept in this row.
+    public var journal: ResumeJournal {
+        ResumeJournal(
+            downloadId: id, url: url, etag: etag, lastModified: lastModified, totalLength: totalLength,
+            durableOffset: durableOffset)
+    }
+
+    /// The stable id of the download of `contentIdentifier` for `transactionId`: 16 hex digits of
+    /// their SHA-256, so adding the same transaction twice names the same download.
+    public static func makeId(transactionId: String, contentIdentifier: String) -> String {
+        QueueDigest.hex(of: transactionId + "\n" + contentIdentifier).prefix(16).description
+    }
+}
+
+/// An event of the payment queue, in the order the store committed them (StoreKit's observer
+/// callbacks, as values).
+public enum PaymentQueueEvent: Sendable, Equatable {
+    case updatedTransactions([TransactionRecord])
+    case updatedDownloads([DownloadRecord])
+    /// Transactions finished (StoreKit removes finished transactions from the queue).
+    case removedTransactions([TransactionRecord])
+    /// A restore queued the transactions of the chosen products.
+    case restoreCompleted(productIds: [String])
+    case restoreFailed(CourierError)
+}

@@ -1,0 +1,252 @@
+import ArgumentParser
+import Courier
+import Foundation
+import Logging
+
+/// `courier deliver --receipt FILE`: the whole flow in the foreground.
+struct DeliverCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "deliver",
+        abstract: "Validate a receipt, then download, verify, unpack and place its content, and finish.",
+        discussion: """
+            Run it again after any interruption: it continues from the journal without fetching \
+            finished bytes again. After success a second run does nothing and says so. With \
+            --restore, only the products named by --product are restored.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var receiptOptions: ReceiptOptions
+
+    @Option(name: .customLong("receipt"), help: ArgumentHelp("The receipt: JWS signed transactions or a legacy receipt.", valueName: "file"))
+    var receiptFile: String
+
+    @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
+    var catalog: String?
+
+    @Option(name: .customLong("product"), help: ArgumentHelp("Deliver only this product (repeatable).", valueName: "id"))
+    var products: [String] = []
+
+    @Flag(help: "Restore the completed transactions of the products named by --product.")
+    var restore = false
+
+    func validate() throws {
+        if restore && products.isEmpty { throw ValidationError("--restore needs the products to restore: --product ID") }
+    }
+
+    func run() async throws {
+        try await global.run { output in
+            var configuration = try global.loadConfiguration()
+            receiptOptions.apply(to: &configuration)
+            if let catalog { configuration.catalog = catalog }
+            let runtime = try DeliveryRuntime(global: global, configuration: configuration)
+            defer { runtime.shutdown() }
+            let transactions = try await runtime.enqueue(
+                receiptFile: receiptFile, catalogOverride: catalog, products: products, restore: restore,
+                configuration: configuration)
+            let ids = Set(transactions.map(\.id))
+            if transactions.allSatisfy({ $0.state == .finished }) {
+                if output.json {
+                    output.emit(["event": "result", "delivered": [String](), "alreadyDelivered": transactions.map(\.id), "exitCode": 0])
+                } else {
+                    output.line("Nothing to do: \(transactions.count == 1 ? "this purchase was" : "these \(transactions.count) purchases were") already delivered.")
+                }
+                return
+            }
+            if let revoked = transactions.first(where: { $0.state == .failed }), transactions.allSatisfy({ $0.state == .failed }) {
+                throw CourierError(revoked.errorCode ?? .notEntitled, revoked.errorMessage ?? "the transaction failed")
+            }
+            try await runtime.deliver(scope: .transactions(ids), output: output, retryStopped: true)
+        }
+    }
+}
+
+/// The real stages wired together for `deliver` and `resume`: the transfer engine, the content
+/// placer and the pipeline over the payment queue of the storage.
+final class DeliveryRuntime: Sendable {
+    let queue: PaymentQueue
+    let engine: TransferEngine
+    let placer: ContentPlacer
+    let pipeline: DeliveryPipeline
+    let logger: Logger
+
+    init(global: GlobalOptions, configuration: CourierConfiguration) throws {
+        var logger = Logger(label: "courier")
+        let level = ProcessInfo.processInfo.environment["COURIER_LOG"].flatMap { Logger.Level(rawValue: $0) }
+        logger.logLevel = level ?? .critical
+        self.logger = logger
+        let layout = global.layout
+        let store = try StateStore(layout: layout)
+        queue = PaymentQueue(store: store, layout: layout, configuration: configuration.queue, logger: logger)
+        engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
+        placer = ContentPlacer(
+            layout: layout, store: store, packages: configuration.packages, placement: configuration.placement, logger: logger)
+        try placer.recover()
+        pipeline = DeliveryPipeline(
+            queue: queue, downloader: TransferDownloadStage(engine: engine), installer: PlacementInstallStage(placer: placer),
+            logger: logger)
+    }
+
+    func shutdown() {
+        engine.shutdown()
+    }
+
+    /// Validates the receipt in `receiptFile`, entitles its transactions in the catalog and queues
+    /// them (only `products` when named; a restore of exactly those when `restore`). Throws
+    /// `notEntitled` when the receipt proves none of the asked purchases.
+    func enqueue(
+        receiptFile: String, catalogOverride: String?, products: [String], restore: Bool,
+        configuration: CourierConfiguration
+    ) async throws -> [TransactionRecord] {
+        guard let location = configuration.catalog.map({ catalogOverride == nil ? configuration.resolvePath($0).path : $0 })
+        else {
+            throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
+        }
+        let receipt = try ReceiptValidator.readReceipt(URL(fileURLWithPath: receiptFile))
+        let validator = try ReceiptValidator(
+            configuration: configuration.receipts, baseDirectory: configuration.baseDirectory,
+            transport: engine.httpTransport, logger: logger)
+        let loaded = try await ReceiptCLI.loadCatalog(location, transport: engine.httpTransport)
+        let transactions = try await pipeline.enqueue(
+            receipt: receipt, validator: ReceiptValidationStage(validator: validator),
+            entitlements: CatalogEntitlementStage(catalog: loaded.catalog, location: loaded.url),
+            productIds: products.isEmpty ? nil : Set(products), restore: restore)
+        guard !transactions.isEmpty else {
+            throw CourierError(
+                .notEntitled, "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")")
+        }
+        return transactions
+    }
+
+    /// Runs the pipeline over `scope` in the foreground with progress (a status line on a
+    /// terminal, NDJSON events with --json), pausing on SIGINT/SIGTERM (exit 7). Downloads that
+    /// stopped for a retryable reason are resumed first when `retryStopped`.
+    func deliver(scope: DeliveryScope, output: Output, retryStopped: Bool) async throws {
+        if retryStopped {
+            let stopped = try queue.entries().compactMap(\.download).filter { download in
+                guard download.state == .paused || download.state == .failed else { return false }
+                switch scope {
+                case .all: return true
+                case .transactions(let ids): return ids.contains(download.transactionId)
+                case .downloads(let ids): return ids.contains(download.id)
+                }
+            }
+            if !stopped.isEmpty { try queue.resume(stopped.map(\.id)) }
+        }
+        let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
+        let events = queue.eventStream()
+        let watcher = Task { await view.follow(events) }
+        let pipeline = self.pipeline
+        let work = Task { try await pipeline.run(scope: scope) }
+        let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
+        defer { trap.cancel() }
+        let summary: DeliverySummary
+        do {
+            summary = try await work.value
+        } catch {
+            watcher.cancel()
+            throw error
+        }
+        watcher.cancel()
+        view.finish()
+        let interrupted = work.isCancelled
+        let finished = try queue.entries(includeFinished: true).filter { entry in
+            switch scope {
+            case .all: return true
+            case .transactions(let ids): return ids.contains(entry.transactionId)
+            case .downloads(let ids): return entry.download.map { ids.contains($0.id) } ?? false
+            }
+        }
+        if output.json {
+            var result: [String: Any] = [
+                "event": "result",
+                "finishedDownloads": summary.finishedDownloads,
+                "finishedTransactions": summary.finishedTransactions,
+                "unfinished": summary.unfinished.map { ["id": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any] },
+            ]
+            result["content"] = finished.compactMap { $0.download?.contentURL?.path }
+            output.emit(result)
+        } else {
+            for entry in finished {
+                guard let download = entry.download, download.state == .finished, let url = download.contentURL else { continue }
+                if summary.finishedDownloads.contains(download.id) {
+                    output.line("delivered \(download.contentIdentifier) \(download.version) to \(url.path)")
+                }
+            }
+            for download in summary.unfinished {
+                let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0))" } ?? ""
+                output.note("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)")
+            }
+        }
+        if interrupted {
+            throw CourierError(.paused, "interrupted; the downloads are checkpointed", hint: "run the same command again to continue")
+        }
+        if let error = summary.firstError { throw error }
+    }
+}
+
+/// Shows a delivery's progress: a status line on a terminal, NDJSON events with --json.
+final class DeliveryProgressView: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+    private let output: Output
+    private let lock = NSLock()
+    private var downloads: [String: DownloadRecord] = [:]
+    private var lastDraw = Date.distantPast
+
+    init(output: Output, queue: PaymentQueue, scope: DeliveryScope) {
+        self.output = output
+    }
+
+    func follow(_ events: AsyncStream<PaymentQueueEvent>) async {
+        for await event in events {
+            switch event {
+            case .updatedDownloads(let records):
+                for record in records { show(record) }
+            case .updatedTransactions(let records), .removedTransactions(let records):
+                if output.json {
+                    for record in records {
+                        output.emit(["event": "transaction", "transactionId": record.id, "productId": record.productId, "state": record.state.rawValue])
+                    }
+                }
+            case .restoreCompleted, .restoreFailed:
+                break
+            }
+        }
+    }
+
+    private func show(_ record: DownloadRecord) {
+        if output.json {
+            var event: [String: Any] = [
+                "event": "download", "id": record.id, "contentIdentifier": record.contentIdentifier,
+                "state": record.state.rawValue, "progress": record.progress, "bytesReceived": record.bytesReceived,
+                "contentLength": record.length, "rate": record.rate,
+            ]
+            if let remaining = record.timeRemaining { event["timeRemaining"] = remaining }
+            if let code = record.errorCode { event["error"] = ["code": code.rawValue, "message": record.errorMessage ?? ""] }
+            if let url = record.contentURL { event["contentURL"] = url.path }
+            output.emit(event)
+            return
+        }
+        let line: String? = lock.withLock {
+            downloads[record.id] = record
+            let now = Date()
+            guard now.timeIntervalSince(lastDraw) > 0.1 || record.state != .active else { return nil }
+            lastDraw = now
+            let all = Array(downloads.values)
+            let total = all.reduce(Int64(0)) { $0 + $1.length }
+            let received = all.reduce(Int64(0)) { $0 + ($1.state == .finished ? $1.length : $1.bytesReceived) }
+            let rate = all.filter { $0.state == .active }.reduce(0.0) { $0 + $1.rate }
+            let done = all.filter { $0.state == .finished }.count
+            let fraction = total > 0 ? Double(received) / Double(total) : 0
+            let width = 24
+            let filled = min(width, Int(fraction * Double(width)))
+            let eta = rate > 0 ? QueueFormat.duration(Double(total - received) / rate) : "?"
+            return "[\(String(repeating: "#", count: filled))\(String(repeating: "-", count: width - filled))] "
+                + String(format: "%3.0f%% ", fraction * 100)
+                + "\(done)/\(all.count) downloads  \(QueueFormat.bytes(Int64(rate)))/s  ETA \(eta)"
+        }
+        if let line { output.status(line) }
+    }
+
+    func finish() {
+        output.endStatus()
+    }
+}

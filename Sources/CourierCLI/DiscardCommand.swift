@@ -1,0 +1,27 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// `courier discard ID`: drop a download's partial data; a later resume starts from zero.
+struct DiscardCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "discard",
+        abstract: "Drop the partial data of a download (or of every download of a transaction).",
+        discussion: "Refused for an active download: pause it first. Its state is kept; a resume starts from zero.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    var id: String
+
+    func run() async throws {
+        try await global.run { output in
+            let queue = try global.openQueue()
+            let targets = try queue.resolve(id)
+            let changed = try QueueControl.apply(targets, single: targets.count == 1) { download in
+                try queue.discard(download.id).map { [$0] } ?? []
+            }
+            QueueControl.report(output, verb: "discarded", changed: changed)
+        }
+    }
+}

@@ -1,0 +1,55 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// `courier enqueue --receipt FILE`: validate a purchase and queue it for delivery.
+struct EnqueueCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "enqueue",
+        abstract: "Validate a receipt and queue its purchases in the store for the agent or `courier resume`.",
+        discussion: "Nothing is downloaded here; `courier deliver` or `courier resume --all` delivers what is queued.")
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var receiptOptions: ReceiptOptions
+
+    @Option(name: .customLong("receipt"), help: ArgumentHelp("The receipt: JWS signed transactions or a legacy receipt.", valueName: "file"))
+    var receiptFile: String
+
+    @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
+    var catalog: String?
+
+    @Option(name: .customLong("product"), help: ArgumentHelp("Queue only this product (repeatable).", valueName: "id"))
+    var products: [String] = []
+
+    @Flag(help: "Restore the completed transactions of the products named by --product.")
+    var restore = false
+
+    func validate() throws {
+        if restore && products.isEmpty { throw ValidationError("--restore needs the products to restore: --product ID") }
+    }
+
+    func run() async throws {
+        try await global.run { output in
+            var configuration = try global.loadConfiguration()
+            receiptOptions.apply(to: &configuration)
+            if let catalog { configuration.catalog = catalog }
+            let runtime = try DeliveryRuntime(global: global, configuration: configuration)
+            defer { runtime.shutdown() }
+            let transactions = try await runtime.enqueue(
+                receiptFile: receiptFile, catalogOverride: catalog, products: products, restore: restore,
+                configuration: configuration)
+            var lines: [[String: Any]] = []
+            for transaction in transactions {
+                let downloads = try runtime.queue.downloads(transactionId: transaction.id)
+                lines.append([
+                    "transactionId": transaction.id, "productId": transaction.productId, "state": transaction.state.rawValue,
+                    "downloads": downloads.map { ["id": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
+                ])
+                if !output.json {
+                    output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")")
+                }
+            }
+            if output.json { output.emit(["event": "enqueued", "transactions": lines]) }
+        }
+    }
+}

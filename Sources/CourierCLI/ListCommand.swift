@@ -1,0 +1,177 @@
+import ArgumentParser
+import Courier
+import Foundation
+import Logging
+
+/// `courier list`: the queue's transactions and downloads, with progress, rate, ETA, error and owner.
+struct ListCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list",
+        abstract: "List transactions and their downloads: state, progress, rate, ETA, error, owner.",
+        discussion: "Finished transactions are left out unless --all is given. --stalled shows only stalled downloads.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(name: .long, help: "Include finished transactions.")
+    var all = false
+
+    @Flag(name: .long, help: "Only stalled downloads (owner died, no bytes for the stall timeout, network, space).")
+    var stalled = false
+
+    func run() async throws {
+        try await global.run { output in
+            let queue = try global.openQueue()
+            var entries = try queue.entries(includeFinished: all)
+            if stalled { entries = entries.filter { $0.stalled != nil } }
+            if output.json {
+                output.emit(encodable: QueueListing(entries: entries.map(QueueListing.Line.init)))
+                return
+            }
+            guard !entries.isEmpty else {
+                output.line(all ? "The queue is empty." : "No unfinished transactions.")
+                return
+            }
+            var table = [["TRANSACTION", "DOWNLOAD", "PRODUCT", "STATE", "PROGRESS", "RATE", "ETA", "ERROR", "OWNER"]]
+            for entry in entries { table.append(QueueFormat.row(entry)) }
+            for line in QueueFormat.align(table) { output.line(line) }
+        }
+    }
+}
+
+/// The `--json` document of `courier list` and `courier status`.
+struct QueueListing: Encodable {
+    struct Line: Encodable {
+        var transactionId: String
+        var productId: String
+        var transactionState: String
+        var downloadId: String?
+        var contentIdentifier: String?
+        var state: String?
+        var pauseReason: String?
+        var progress: Double?
+        var bytesReceived: Int64?
+        var contentLength: Int64?
+        var contentVersion: String?
+        var placement: String?
+        var rate: Double?
+        var timeRemaining: Double?
+        var error: ErrorLine?
+        var contentURL: String?
+        var owner: Owner?
+        var stalled: String?
+
+        struct ErrorLine: Encodable {
+            var code: String
+            var message: String
+        }
+
+        struct Owner: Encodable {
+            var pid: Int32
+            var host: String
+            var alive: Bool
+            var heartbeatAt: Date
+        }
+
+        init(_ entry: QueueEntry) {
+            transactionId = entry.transactionId
+            productId = entry.productId
+            transactionState = entry.transactionState.rawValue
+            stalled = entry.stalled?.rawValue
+            if let lease = entry.lease {
+                owner = Owner(pid: lease.owner.pid, host: lease.owner.host, alive: entry.ownerAlive ?? false, heartbeatAt: lease.heartbeatAt)
+            }
+            guard let d = entry.download else { return }
+            downloadId = d.id
+            contentIdentifier = d.contentIdentifier
+            state = d.state.rawValue
+            pauseReason = d.pauseReason
+            progress = d.progress
+            bytesReceived = d.bytesReceived
+            contentLength = d.length
+            contentVersion = d.version
+            placement = d.placement.rawValue
+            rate = d.rate
+            timeRemaining = d.timeRemaining
+            if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
+            contentURL = d.contentURL?.path
+        }
+    }
+
+    var entries: [Line]
+}
+
+extension GlobalOptions {
+    /// The payment queue over this storage's state database, with the configured queue settings.
+    func openQueue() throws -> PaymentQueue {
+        let configuration = try loadConfiguration()
+        var logger = Logger(label: "courier")
+        logger.logLevel = .warning
+        return try PaymentQueue(layout: layout, configuration: configuration.queue, logger: logger)
+    }
+}
+
+/// Text formatting shared by the queue commands.
+enum QueueFormat {
+    static func row(_ entry: QueueEntry) -> [String] {
+        let transaction = entry.transactionId
+        guard let d = entry.download else {
+            return [transaction, "-", entry.productId, entry.transactionState.rawValue, "-", "-", "-", "-", "-"]
+        }
+        var state = d.state.rawValue
+        if d.state == .paused, let reason = d.pauseReason, reason != "user" { state += " (\(reason))" }
+        if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
+        let active = d.state == .active
+        let error = d.errorCode.map { "\($0.rawValue): \(d.errorMessage ?? "")" } ?? "-"
+        var owner = "-"
+        if let lease = entry.lease {
+            owner = "\(lease.owner.pid)@\(lease.owner.host)" + (entry.ownerAlive == true ? "" : " (dead)")
+        }
+        return [
+            transaction, d.id, d.contentIdentifier, state,
+            String(format: "%.0f%%", d.progress * 100),
+            active && d.rate > 0 ? bytes(Int64(d.rate)) + "/s" : "-",
+            active ? duration(d.timeRemaining) : "-",
+            String(error.prefix(60)),
+            owner,
+        ]
+    }
+
+    static func align(_ table: [[String]]) -> [String] {
+        guard let columns = table.first?.count else { return [] }
+        var widths = [Int](repeating: 0, count: columns)
+        for row in table { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
+        return table.map { row in
+            row.enumerated().map { i, cell in
+                i == columns - 1 ? cell : cell.padding(toLength: widths[i], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }
+    }
+
+    static func bytes(_ count: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
+    static func duration(_ seconds: Double?) -> String {
+        guard let seconds, seconds.isFinite, seconds >= 0 else { return "?" }
+        let total = Int(seconds.rounded(.up))
+        if total < 60 { return "\(total)s" }
+        if total < 3600 { return "\(total / 60)m\(String(format: "%02d", total % 60))s" }
+        return "\(total / 3600)h\(String(format: "%02d", (total % 3600) / 60))m"
+    }
+
+    /// The downloads named by `id`, or every download when `all`, for pause/resume/cancel.
+    static func targets(_ queue: PaymentQueue, id: String?, all: Bool, states: Set<DownloadState>) throws -> [DownloadRecord] {
+        if all {
+            return try queue.entries().compactMap(\.download).filter { states.contains($0.state) }
+        }
+        guard let id else { throw ValidationError("name a download or transaction id, or use --all") }
+        return try queue.resolve(id)
+    }
+}

@@ -1,0 +1,54 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// `courier resume ID|--all|--stalled`: continue paused, failed or stalled downloads.
+struct ResumeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resume",
+        abstract: "Resume a download (or a transaction's, or --all paused and failed, or --stalled ones).",
+        discussion: """
+            A download is stalled when its owner died (its lease expired), when it moved no bytes \
+            for the stall timeout, or when it failed or paused for the network or for disk space. \
+            Resumed downloads continue from their journal.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    var id: String?
+
+    @Flag(name: .long, help: "Resume every paused or failed download.")
+    var all = false
+
+    @Flag(name: .long, help: "Resume every stalled download.")
+    var stalled = false
+
+    @Flag(name: .customLong("queue-only"), help: "Only mark them waiting (for a running agent); do not deliver here.")
+    var queueOnly = false
+
+    func validate() throws {
+        if [id != nil, all, stalled].filter({ $0 }).count != 1 {
+            throw ValidationError("give exactly one of an id, --all or --stalled")
+        }
+    }
+
+    func run() async throws {
+        try await global.run { output in
+            let queue = try global.openQueue()
+            let changed: [DownloadRecord]
+            if stalled {
+                changed = try queue.requeueStalled()
+            } else {
+                let targets = try QueueFormat.targets(queue, id: id, all: all, states: [.paused, .failed])
+                changed = try QueueControl.apply(targets, single: id != nil && targets.count == 1) { try queue.resume([$0.id]) }
+            }
+            QueueControl.report(output, verb: "resumed", changed: changed)
+            guard !queueOnly, !changed.isEmpty else { return }
+            // Carry them on through unpacking, placement and finish, as the agent would.
+            let runtime = try DeliveryRuntime(global: global, configuration: try global.loadConfiguration())
+            defer { runtime.shutdown() }
+            try await runtime.deliver(scope: .downloads(Set(changed.map(\.id))), output: output, retryStopped: false)
+        }
+    }
+}

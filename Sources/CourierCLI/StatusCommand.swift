@@ -1,0 +1,75 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// `courier status ID [--watch]`: one transaction or download in detail.
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show a transaction or download in detail; --watch follows it until it settles.")
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    var id: String
+
+    @Flag(name: .long, help: "Refresh until every download is finished, failed, cancelled or paused.")
+    var watch = false
+
+    @Option(name: .long, help: "Seconds between refreshes with --watch.")
+    var interval: Double = 1
+
+    func run() async throws {
+        try await global.run { output in
+            let queue = try global.openQueue()
+            let downloadIds = Set(try queue.resolve(id).map(\.id))
+            let transactionIds = Set(try queue.resolve(id).map(\.transactionId))
+            var last: [QueueEntry] = []
+            while true {
+                let entries = try queue.entries(includeFinished: true).filter { entry in
+                    entry.download.map { downloadIds.contains($0.id) } ?? transactionIds.contains(entry.transactionId)
+                        || (downloadIds.isEmpty && entry.transactionId == id)
+                }
+                guard !entries.isEmpty || !last.isEmpty else {
+                    throw CourierError(.notFound, "no download or transaction \(id)")
+                }
+                if entries != last { show(entries, output: output) }
+                last = entries
+                let moving = entries.contains { $0.download?.state == .active || $0.download?.state == .waiting }
+                if !watch || !moving { break }
+                try await Task.sleep(nanoseconds: UInt64(max(0.1, interval) * 1e9))
+            }
+            if watch && !output.json { output.endStatus() }
+        }
+    }
+
+    private func show(_ entries: [QueueEntry], output: Output) {
+        if output.json {
+            output.emit(encodable: QueueListing(entries: entries.map(QueueListing.Line.init)))
+            return
+        }
+        if watch && output.stderrIsTerminal {
+            let parts = entries.compactMap { e in
+                e.download.map { "\($0.contentIdentifier) \($0.state.rawValue) \(String(format: "%.0f%%", $0.progress * 100))" }
+            }
+            output.status(parts.joined(separator: " | "))
+            return
+        }
+        guard let first = entries.first else { return }
+        output.line("transaction \(first.transactionId)  product \(first.productId)  \(first.transactionState.rawValue)")
+        for entry in entries {
+            guard let d = entry.download else { continue }
+            output.line("  download \(d.id)  \(d.contentIdentifier)  \(d.state.rawValue)\(d.pauseReason.map { " (\($0))" } ?? "")")
+            output.line("    progress \(String(format: "%.1f%%", d.progress * 100))  \(QueueFormat.bytes(d.bytesReceived)) of \(QueueFormat.bytes(d.length))  version \(d.version)  placement \(d.placement.rawValue)")
+            if d.state == .active {
+                output.line("    rate \(QueueFormat.bytes(Int64(d.rate)))/s  ETA \(QueueFormat.duration(d.timeRemaining))")
+            }
+            if let code = d.errorCode { output.line("    error \(code.rawValue): \(d.errorMessage ?? "")") }
+            if let lease = entry.lease {
+                output.line("    owner \(lease.owner.pid)@\(lease.owner.host)\(entry.ownerAlive == true ? "" : " (dead)")")
+            }
+            if let stalled = entry.stalled { output.line("    stalled: \(stalled.rawValue)") }
+            if let url = d.contentURL { output.line("    content \(url.path)") }
+        }
+    }
+}
