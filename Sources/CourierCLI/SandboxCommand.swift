@@ -21,7 +21,7 @@ struct SandboxCommand: AsyncParsableCommand {
 struct SandboxInitCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "init",
-        abstract: "Create the sandbox signing chain (root, intermediate, leaf; P-256; keys owner-only).",
+        abstract: "Create the sandbox signing chain (root, intermediate, leaf; P-256; keys owner-only), sample packages and a catalog.",
         discussion: "An existing chain is kept (tokens it signed stay valid) unless --force is given."
     )
 
@@ -38,7 +38,9 @@ struct SandboxInitCommand: AsyncParsableCommand {
             let directory = SandboxCommand.directory(dir, global)
             let created = force || !SandboxStore.exists(at: directory)
             let store = created ? try SandboxStore.create(at: directory) : try SandboxStore(directory: directory)
-            // Seam: sample content packages and a catalog are added here when the packages work lands.
+            let configuration = try global.loadConfiguration()
+            let catalog = try SandboxCatalog.write(into: store.directory, bundleId: configuration.receipts.bundleId)
+            let catalogFile = store.directory.appendingPathComponent("catalog.json")
             if output.json {
                 output.emit([
                     "event": "sandbox",
@@ -46,10 +48,13 @@ struct SandboxInitCommand: AsyncParsableCommand {
                     "directory": store.directory.path,
                     "trustRoot": store.rootCertificateFile.path,
                     "trustRootDER": store.rootCertificateDERFile.path,
+                    "catalog": catalogFile.path,
+                    "products": catalog.products.map(\.productId),
                 ])
             } else {
                 output.line("\(created ? "created" : "kept") the sandbox store in \(store.directory.path)")
                 output.line("trusted root: \(store.rootCertificateFile.path) (DER: \(store.rootCertificateDERFile.path))")
+                output.line("catalog: \(catalogFile.path) (\(catalog.products.map(\.productId).joined(separator: ", ")))")
                 output.line("verify with:  courier receipt verify FILE --trust-root \(store.rootCertificateFile.path)")
             }
         }

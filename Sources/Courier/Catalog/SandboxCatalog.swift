@@ -1,0 +1,101 @@
+import Crypto
+import Foundation
+
+/// The sandbox store's sample content: real hosted content packages and a catalog that lists
+/// them, written beside the sandbox signing chain (`courier sandbox init`).
+///
+/// Three products show the three kinds of delivery: a non-consumable placed in Documents
+/// (`com.example.levels.pack1`), a non-consumable placed in Caches (`com.example.soundtrack`), and
+/// an auto-renewable subscription (`com.example.magazine`) with a monthly issue published on the
+/// 1st of each month of `year`. Package URLs in the catalog are relative (`packages/NAME.zip`),
+/// so the folder can be served as it is or pre-staged from.
+public enum SandboxCatalog {
+    /// The bundle id of the sample catalog (the receipts configuration's default too).
+    public static let bundleId = "com.example.app"
+
+    /// One sample product: what is packed and how it is listed.
+    struct Sample {
+        var productId: String
+        var version: String
+        var placement: Catalog.Placement
+        /// Bytes of payload: a text file plus pseudo-random data (incompressible, like media).
+        var payloadBytes: Int
+    }
+
+    /// Writes `packages/*.zip` and `catalog.json` into `directory` and returns the catalog.
+    /// Idempotent: the packages are reproducible, so running it again gives the same bytes.
+    @discardableResult
+    public static func write(into directory: URL, bundleId: String = bundleId, year: Int = 2026) throws -> Catalog {
+        let fileManager = FileManager.default
+        let packages = directory.appendingPathComponent("packages", isDirectory: true)
+        let scratch = directory.appendingPathComponent(".payload-\(UUID().uuidString)", isDirectory: true)
+        do {
+            try fileManager.createDirectory(at: packages, withIntermediateDirectories: true)
+        } catch {
+            throw CourierError(.io, "cannot create \(packages.path)", cause: "\(error)")
+        }
+        defer { try? fileManager.removeItem(at: scratch) }
+
+        func build(_ sample: Sample, fileName: String, title: String) throws -> Catalog.Content {
+            let payload = scratch.appendingPathComponent(fileName, isDirectory: true)
+            try writePayload(into: payload, title: title, bytes: sample.payloadBytes, seed: fileName)
+            let output = packages.appendingPathComponent("\(fileName).zip")
+            let info = try PackageBuilder.create(
+                from: payload, productId: sample.productId, version: sample.version, output: output)
+            return Catalog.Content(
+                url: "packages/\(fileName).zip", sha256: info.sha256, length: info.packedSize,
+                version: sample.version, placement: sample.placement, unpackedLength: info.unpackedSize)
+        }
+
+        let levels = Sample(productId: "com.example.levels.pack1", version: "1.0", placement: .documents, payloadBytes: 3 << 20)
+        let soundtrack = Sample(productId: "com.example.soundtrack", version: "2.1", placement: .cache, payloadBytes: 12 << 20)
+        var products = [
+            Catalog.Product(
+                productId: levels.productId, type: .nonConsumable,
+                content: try build(levels, fileName: "levels-pack1", title: "Level pack 1")),
+            Catalog.Product(
+                productId: soundtrack.productId, type: .nonConsumable,
+                content: try build(soundtrack, fileName: "soundtrack", title: "Soundtrack")),
+        ]
+        var items: [Catalog.Item] = []
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone
+        for month in 1...12 {
+            guard let published = calendar.date(from: DateComponents(year: year, month: month, day: 1)) else { continue }
+            let itemId = String(format: "%04d-%02d", year, month)
+            let issue = Sample(productId: "com.example.magazine", version: "1.0", placement: .documents, payloadBytes: 1 << 20)
+            let content = try build(issue, fileName: "magazine-\(itemId)", title: "Magazine, issue \(itemId)")
+            items.append(Catalog.Item(itemId: itemId, publishedAt: published, content: content))
+        }
+        products.append(Catalog.Product(productId: "com.example.magazine", type: .autoRenewable, items: items))
+
+        let catalog = Catalog(bundleId: bundleId, products: products)
+        let file = directory.appendingPathComponent("catalog.json")
+        do {
+            try catalog.encoded().write(to: file, options: .atomic)
+        } catch {
+            throw CourierError(.io, "cannot write \(file.path)", cause: "\(error)")
+        }
+        return catalog
+    }
+
+    /// A README and `bytes` of deterministic pseudo-random data (SHA-256 in counter mode).
+    private static func writePayload(into folder: URL, title: String, bytes: Int, seed: String) throws {
+        do {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            try Data("\(title)\nSample content of the Courier sandbox store.\n".utf8)
+                .write(to: folder.appendingPathComponent("README.txt"))
+            var data = Data(capacity: bytes)
+            var counter: UInt64 = 0
+            while data.count < bytes {
+                var block = Data(seed.utf8)
+                withUnsafeBytes(of: counter.bigEndian) { block.append(contentsOf: $0) }
+                data.append(contentsOf: SHA256.hash(data: block))
+                counter += 1
+            }
+            try data.prefix(bytes).write(to: folder.appendingPathComponent("data.bin"))
+        } catch {
+            throw CourierError(.io, "cannot write the sample payload in \(folder.path)", cause: "\(error)")
+        }
+    }
+}
