@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 
 /// The sandbox store's sample content: real hosted content packages and a catalog that lists
@@ -48,7 +47,7 @@ public enum SandboxCatalog {
         }
 
         let levels = Sample(productId: "com.example.levels.pack1", version: "1.0", placement: .documents, payloadBytes: 3 << 20)
-        let soundtrack = Sample(productId: "com.example.soundtrack", version: "2.1", placement: .cache, payloadBytes: 12 << 20)
+        let soundtrack = Sample(productId: "com.example.soundtrack", version: "2.1", placement: .cache, payloadBytes: 8 << 20)
         var products = [
             Catalog.Product(
                 productId: levels.productId, type: .nonConsumable,
@@ -79,21 +78,23 @@ public enum SandboxCatalog {
         return catalog
     }
 
-    /// A README and `bytes` of deterministic pseudo-random data (SHA-256 in counter mode).
+    /// A README and `bytes` of deterministic pseudo-random data (xorshift64*, seeded by name):
+    /// incompressible like real media, and the same bytes on every run.
     private static func writePayload(into folder: URL, title: String, bytes: Int, seed: String) throws {
         do {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             try Data("\(title)\nSample content of the Courier sandbox store.\n".utf8)
                 .write(to: folder.appendingPathComponent("README.txt"))
-            var data = Data(capacity: bytes)
-            var counter: UInt64 = 0
-            while data.count < bytes {
-                var block = Data(seed.utf8)
-                withUnsafeBytes(of: counter.bigEndian) { block.append(contentsOf: $0) }
-                data.append(contentsOf: SHA256.hash(data: block))
-                counter += 1
+            var state = seed.utf8.reduce(UInt64(0x9E37_79B9_7F4A_7C15)) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
+            var words = [UInt64](repeating: 0, count: (bytes + 7) / 8)
+            for index in words.indices {
+                state ^= state >> 12
+                state ^= state << 25
+                state ^= state >> 27
+                words[index] = state &* 0x2545_F491_4F6C_DD1D
             }
-            try data.prefix(bytes).write(to: folder.appendingPathComponent("data.bin"))
+            let data = words.withUnsafeBytes { Data($0.prefix(bytes)) }
+            try data.write(to: folder.appendingPathComponent("data.bin"))
         } catch {
             throw CourierError(.io, "cannot write the sample payload in \(folder.path)", cause: "\(error)")
         }
