@@ -16,7 +16,8 @@ import SwiftASN1
 ///    (RFC 5280 at `signedDate`), and the token's third certificate is that trusted root. A root
 ///    inside the token is never trusted by itself.
 /// 6. `signature`: the ES256 signature (raw r‖s) verifies with the leaf's key.
-/// 7. `bundle`, `environment`, `future-dated` (`signedDate` beyond `now + clockSkew`), `revoked`.
+/// 7. `bundle`, `environment`, `future-dated` (`signedDate` beyond `now + clockSkew`), and in
+///    `verify`, `revoked` (`verifyAllowingRevocation` returns it with its `revocationDate`).
 public struct SignedTransactionVerifier: Sendable {
     public let trustedRoots: [Certificate]
     public let bundleId: String
@@ -33,9 +34,26 @@ public struct SignedTransactionVerifier: Sendable {
     /// Verifies one compact JWS signed transaction and returns what it proves.
     /// Throws `CourierError(.receiptInvalid)` naming the failing `ReceiptCheck`.
     public func verify(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
+        let transaction = try await verifyAllowingRevocation(compactJWS, now: now)
+        if let revoked = transaction.revocationDate {
+            throw Self.revokedFailure(transaction, at: revoked)
+        }
+        return transaction
+    }
+
+    /// Every check but `revoked`: a revoked transaction comes back with its `revocationDate`
+    /// (it entitles to nothing). For a list of transactions where one refund must not hide the rest.
+    public func verifyAllowingRevocation(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
         let payload = try await verifiedPayload(compactJWS)
         try checkClaims(payload, now: now)
         return payload.verifiedTransaction
+    }
+
+    /// The `revoked` rejection of `transaction`.
+    public static func revokedFailure(_ transaction: VerifiedTransaction, at date: Date) -> CourierError {
+        ReceiptCheck.revoked.failure(
+            "transaction \(transaction.transactionId) (\(transaction.productId)) was revoked \(iso(date))"
+        )
     }
 
     /// Checks signature and chain, then returns the payload without the claim checks
@@ -124,7 +142,7 @@ public struct SignedTransactionVerifier: Sendable {
         return payload
     }
 
-    /// The checks on what a verified token claims: bundle, environment, signedDate, revocation.
+    /// The checks on what a verified token claims: bundle, environment, signedDate.
     func checkClaims(_ payload: SignedTransactionPayload, now: Date) throws {
         guard payload.bundleId == bundleId else {
             throw ReceiptCheck.bundle.failure(
@@ -141,11 +159,6 @@ public struct SignedTransactionVerifier: Sendable {
         guard payload.signedDate <= now.addingTimeInterval(clockSkew) else {
             throw ReceiptCheck.futureDated.failure(
                 "the transaction is signed \(Self.iso(payload.signedDate)), later than now (\(Self.iso(now))) plus \(Int(clockSkew)) s of clock skew"
-            )
-        }
-        if let revoked = payload.revocationDate {
-            throw ReceiptCheck.revoked.failure(
-                "transaction \(payload.transactionId) (\(payload.productId)) was revoked \(Self.iso(revoked))"
             )
         }
     }

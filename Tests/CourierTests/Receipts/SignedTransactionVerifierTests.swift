@@ -240,3 +240,63 @@ struct SignedTransactionVerifierTests {
         #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format)
     }
 }
+
+@Suite("ReceiptValidator: files of signed transactions")
+struct ReceiptValidatorFileTests {
+    func validator(_ chain: TestSigningChain, folder: TemporaryDirectory) throws -> ReceiptValidator {
+        try chain.writeRoot(to: folder.appending("root.pem"))
+        return try ReceiptValidator(
+            configuration: ReceiptConfiguration(trustRoots: ["root.pem"]),
+            baseDirectory: folder.url,
+            transport: try CurlHTTPTransport(),
+            logger: Logger(label: "test")
+        )
+    }
+
+    @Test("lines, JSON arrays and App Store Server API answers; duplicates once; one refund does not hide the rest")
+    func shapes() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let chain = try TestSigningChain()
+        let validator = try validator(chain, folder: folder)
+        let a = try chain.token(TestSigningChain.payload(productId: "a", transactionId: "1"))
+        let b = try chain.token(TestSigningChain.payload(productId: "b", transactionId: "2"))
+        let refunded = try chain.token(TestSigningChain.payload(productId: "c", transactionId: "3", revocationDate: Date().addingTimeInterval(-60)))
+
+        let lines = try await validator.validate(Data("\(a)\r\n\(b)\n\(a)\n".utf8))
+        #expect(lines.map(\.transactionId) == ["1", "2"])
+        let array = try await validator.validate(try JSONSerialization.data(withJSONObject: [a, b]))
+        #expect(array.map(\.productId) == ["a", "b"])
+        let answer = try await validator.validate(try JSONSerialization.data(withJSONObject: ["signedTransactions": [b], "hasMore": false] as [String: Any]))
+        #expect(answer.map(\.productId) == ["b"])
+
+        let mixed = try await validator.validate(Data("\(a)\n\(refunded)".utf8))
+        #expect(mixed.map(\.transactionId) == ["1", "3"])
+        #expect(mixed.last?.revocationDate != nil)
+        let onlyRefunded = await courierError { _ = try await validator.validate(Data(refunded.utf8)) }
+        #expect(onlyRefunded.flatMap(ReceiptCheck.init(failing:)) == .revoked)
+
+        let tampered = a.dropLast(4) + "AAAA"
+        let error = await courierError { _ = try await validator.validate(Data("\(b)\n\(tampered)".utf8)) }
+        #expect(error.flatMap(ReceiptCheck.init(failing:)) == .signature)
+        #expect(error?.message.contains("transaction 2 of 2") == true)
+    }
+
+    @Test("a missing trusted root file is a usage error; empty and binary files fail the format check")
+    func badInputs() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let missing = await courierError {
+            _ = try ReceiptValidator(
+                configuration: ReceiptConfiguration(trustRoots: ["nope.pem"]), baseDirectory: folder.url,
+                transport: try CurlHTTPTransport(), logger: Logger(label: "test")
+            )
+        }
+        #expect(missing?.code == .usage)
+        let validator = try validator(try TestSigningChain(), folder: folder)
+        for contents in [Data(), Data("  \n".utf8), Data([0xff, 0xfe, 0x00, 0x01]), Data("[1, 2]".utf8)] {
+            let error = await courierError { _ = try await validator.validate(contents) }
+            #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format)
+        }
+    }
+}
