@@ -21,7 +21,8 @@ struct SandboxStoreTests {
 
         let store = try SandboxStore(directory: directory)
         #expect(store.root == created.root)
-        for rootFile in [store.rootCertificateFile, store.rootCertificateDERFile] {
+        #expect(try TrustRoots.load(directory) == [store.root])
+        for rootFile in [store.rootCertificateFile, store.rootCertificateDERFile, directory] {
             let verifier = SignedTransactionVerifier(
                 trustedRoots: try TrustRoots.load(rootFile), bundleId: "com.example.app", environments: ["Sandbox"], clockSkew: 300
             )
