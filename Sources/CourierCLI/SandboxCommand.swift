@@ -128,7 +128,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
                 productId: product,
                 type: productType,
                 bundleId: bundleId ?? configuration.receipts.bundleId,
-                environment: environment,
+                environment: ReceiptOptions.canonicalEnvironment(environment) ?? environment,
                 purchaseDate: purchaseDate.flatMap { Self.date($0, now: now) },
                 expiresDate: expires.flatMap { Self.date($0, now: now) },
                 revocationDate: revoked.flatMap { Self.date($0, now: now) },
