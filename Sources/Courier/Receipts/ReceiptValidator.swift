@@ -53,7 +53,7 @@ public struct ReceiptValidator: Sendable {
     private func validateAllowingRevocation(_ contents: Data, now: Date) async throws -> [VerifiedTransaction] {
         guard contents.count <= Self.maximumReceiptBytes else {
             throw ReceiptCheck.format.failure(
-                "the receipt is \(contents.count) bytes; at most \(Self.maximumReceiptBytes) are accepted"
+                "the receipt is larger than \(Self.maximumReceiptBytes) bytes, the most accepted"
             )
         }
         guard let text = String(data: contents, encoding: .utf8) else {

@@ -97,6 +97,12 @@ struct ReceiptCLITests {
         #expect(revokedRun.status == 3)
         #expect(revokedRun.stderr.contains("revoked check failed"))
 
+        let huge = workspace.folder.appending("huge.receipt")
+        try Data(repeating: UInt8(ascii: "A"), count: 10 << 20).write(to: huge)
+        let tooLarge = try workspace.run(["receipt", "verify", huge.path, "--trust-root", workspace.root])
+        #expect(tooLarge.status == 3)
+        #expect(tooLarge.stderr.contains("format check failed"))
+
         let garbage = try workspace.write("this is not a receipt.at.all", "garbage.jws")
         let format = try workspace.run(["receipt", "verify", garbage, "--trust-root", workspace.root])
         #expect(format.status == 3)
