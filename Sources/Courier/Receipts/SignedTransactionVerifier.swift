@@ -23,6 +23,8 @@ public struct SignedTransactionVerifier: Sendable {
     public let bundleId: String
     public let environments: Set<String>
     public let clockSkew: TimeInterval
+    /// Chains that passed, shared by copies of this verifier (its roots never change).
+    let chainCache = VerifiedChainCache()
 
     public init(trustedRoots: [Certificate], bundleId: String, environments: Set<String>, clockSkew: TimeInterval) {
         self.trustedRoots = trustedRoots
@@ -75,6 +77,29 @@ public struct SignedTransactionVerifier: Sendable {
                 "x5c holds \(encodedChain.count) certificates; the App Store's format has exactly 3 (leaf, intermediate, root)"
             )
         }
+        let leafKey = try await verifiedLeafKey(encodedChain, at: payload.signedDate)
+        let signature: P256.Signing.ECDSASignature
+        do {
+            signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
+        } catch {
+            throw ReceiptCheck.signature.failure("the signature is not a 64-byte ES256 r‖s value")
+        }
+        guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
+            throw ReceiptCheck.signature.failure("the ES256 signature does not verify with the leaf certificate's key")
+        }
+        return payload
+    }
+
+    /// The leaf's key once the chain checks pass at `signedDate` (`certificate`, `OID`,
+    /// `chain`). A chain verified before is not verified again while `signedDate` lies inside
+    /// the validity of all three certificates, the only time-dependent part of the checks.
+    func verifiedLeafKey(_ encodedChain: [String], at signedDate: Date) async throws -> P256.Signing.PublicKey {
+        let cacheKey = encodedChain.joined(separator: ".")
+        if let cached = chainCache.entry(cacheKey), cached.validity.contains(signedDate),
+            let key = try? P256.Signing.PublicKey(x963Representation: cached.leafKey)
+        {
+            return key
+        }
         let certificates = try encodedChain.enumerated().map { index, text -> Certificate in
             let role = Self.roles[index]
             guard let der = Data(base64Encoded: text) else {
@@ -92,14 +117,14 @@ public struct SignedTransactionVerifier: Sendable {
             throw ReceiptCheck.certificate.failure("the leaf certificate's key is not P-256")
         }
         for (certificate, role) in [(leaf, "leaf"), (intermediate, "intermediate")] {
-            if payload.signedDate > certificate.notValidAfter {
+            if signedDate > certificate.notValidAfter {
                 throw ReceiptCheck.certificate.failure(
-                    "the \(role) certificate expired \(Self.iso(certificate.notValidAfter)), before signedDate \(Self.iso(payload.signedDate))"
+                    "the \(role) certificate expired \(Self.iso(certificate.notValidAfter)), before signedDate \(Self.iso(signedDate))"
                 )
             }
-            if payload.signedDate < certificate.notValidBefore {
+            if signedDate < certificate.notValidBefore {
                 throw ReceiptCheck.certificate.failure(
-                    "the \(role) certificate is valid only from \(Self.iso(certificate.notValidBefore)), after signedDate \(Self.iso(payload.signedDate))"
+                    "the \(role) certificate is valid only from \(Self.iso(certificate.notValidBefore)), after signedDate \(Self.iso(signedDate))"
                 )
             }
         }
@@ -116,7 +141,7 @@ public struct SignedTransactionVerifier: Sendable {
             )
         }
         var verifier = Verifier(rootCertificates: CertificateStore(trustedRoots)) {
-            RFC5280Policy(fixedExpiryValidationTime: payload.signedDate)
+            RFC5280Policy(fixedExpiryValidationTime: signedDate)
             AppStoreChainPolicy()
         }
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
@@ -130,16 +155,11 @@ public struct SignedTransactionVerifier: Sendable {
             let detail = reasons.isEmpty ? "the chain does not lead to a trusted root" : reasons.joined(separator: "; ")
             throw ReceiptCheck.chain.failure(detail, hint: "check that the token's root is among the trusted roots")
         }
-        let signature: P256.Signing.ECDSASignature
-        do {
-            signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
-        } catch {
-            throw ReceiptCheck.signature.failure("the signature is not a 64-byte ES256 r‖s value")
+        let validity = certificates.map(\.notValidBefore).max().map { start in
+            start...max(start, certificates.map(\.notValidAfter).min() ?? start)
         }
-        guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
-            throw ReceiptCheck.signature.failure("the ES256 signature does not verify with the leaf certificate's key")
-        }
-        return payload
+        if let validity { chainCache.store(cacheKey, .init(leafKey: leafKey.x963Representation, validity: validity)) }
+        return leafKey
     }
 
     /// The checks on what a verified token claims: bundle, environment, signedDate.
@@ -181,5 +201,31 @@ struct AppStoreChainPolicy: VerifierPolicy {
             return .failsToMeetPolicy(reason: "the chain has \(chain.count) certificates, not leaf, intermediate and root")
         }
         return .meetsPolicy
+    }
+}
+
+/// Chains a verifier has already proven, by their `x5c` text: the leaf's key and the span in
+/// which all three certificates are valid. Bounded; cleared when full.
+final class VerifiedChainCache: @unchecked Sendable {  // @unchecked: `entries` is guarded by `lock`.
+    struct Entry {
+        var leafKey: Data
+        var validity: ClosedRange<Date>
+    }
+
+    private let lock = NSLock()
+    private var entries: [String: Entry] = [:]
+    private let capacity = 64
+
+    func entry(_ key: String) -> Entry? {
+        lock.lock()
+        defer { lock.unlock() }
+        return entries[key]
+    }
+
+    func store(_ key: String, _ entry: Entry) {
+        lock.lock()
+        defer { lock.unlock() }
+        if entries.count >= capacity { entries.removeAll() }
+        entries[key] = entry
     }
 }
