@@ -33,6 +33,8 @@ public struct EntitledContent: Sendable, Hashable, Codable {
 ///   subscribing or re-subscribing); nothing published during a lapse. Items published after
 ///   `now` are not yet available. A subscription transaction without `expiresDate` unlocks only
 ///   the item current at its purchase.
+/// - An auto-renewable subscription whose product has plain `content` (no items) unlocks it
+///   only while one of its periods is active at `now`, as StoreKit's current entitlements.
 public enum Entitlements {
     /// The content `transactions` unlock in `catalog`, ordered by product, then publication.
     public static func content(for transactions: [VerifiedTransaction], catalog: Catalog, now: Date) -> [EntitledContent] {
@@ -72,6 +74,10 @@ public enum Entitlements {
                     )
                 }
             } else if let content = product.content {
+                if transaction.type == .autoRenewable {
+                    // A subscription's single content is available while a period is active.
+                    guard transaction.purchaseDate <= now, let expires = transaction.expiresDate, now < expires else { continue }
+                }
                 add(
                     EntitledContent(
                         contentIdentifier: product.productId,

@@ -97,6 +97,17 @@ struct EntitlementsTests {
         #expect(entitled.allSatisfy { $0.itemId == nil })
     }
 
+    @Test("a subscription with plain content unlocks it only while a period is active")
+    func activeSubscriptionContent() {
+        let catalog = Catalog(
+            bundleId: "com.example.app",
+            products: [Catalog.Product(productId: "pro", type: .autoRenewable, content: Self.content("pro"))]
+        )
+        let period = [Self.transaction("p1", product: "pro", type: .autoRenewable, from: day("2026-03-01"), to: day("2026-04-01"))]
+        #expect(Entitlements.content(for: period, catalog: catalog, now: day("2026-03-15")).map(\.contentIdentifier) == ["pro"])
+        #expect(Entitlements.content(for: period, catalog: catalog, now: day("2026-04-02")).isEmpty)
+    }
+
     @Test("a revoked transaction unlocks nothing")
     func revoked() {
         let catalog = Catalog(bundleId: "com.example.app", products: [Catalog.Product(productId: "pack1", content: Self.content("pack1"))])
