@@ -7,7 +7,10 @@ import Foundation
 struct ReceiptOptions: ParsableArguments {
     @Option(
         name: .customLong("trust-root"),
-        help: ArgumentHelp("A trusted root certificate, DER or PEM (repeatable); replaces receipts.trustRoots.", valueName: "path")
+        help: ArgumentHelp(
+            "A trusted root certificate, DER or PEM (repeatable); replaces receipts.trustRoots.",
+            valueName: "path"
+        )
     )
     var trustRoots: [String] = []
 

@@ -16,7 +16,12 @@ public struct ReceiptValidator: Sendable {
 
     /// Loads the configured trusted roots (paths resolved against `baseDirectory`, the
     /// configuration file's folder). A root that cannot be read is a `usage` error.
-    public init(configuration: ReceiptConfiguration, baseDirectory: URL, transport: any HTTPTransport, logger: Logger) throws {
+    public init(
+        configuration: ReceiptConfiguration,
+        baseDirectory: URL,
+        transport: any HTTPTransport,
+        logger: Logger
+    ) throws {
         let files = configuration.trustRoots.map { path -> URL in
             path.hasPrefix("/")
                 ? URL(fileURLWithPath: path) : baseDirectory.appendingPathComponent(path).standardizedFileURL
@@ -75,7 +80,9 @@ public struct ReceiptValidator: Sendable {
             } else {
                 let receiptData = lines.joined()
                 guard Data(base64Encoded: receiptData) != nil else {
-                    throw ReceiptCheck.format.failure("the receipt is neither a JWS signed transaction nor a base64 legacy receipt")
+                    throw ReceiptCheck.format.failure(
+                        "the receipt is neither a JWS signed transaction nor a base64 legacy receipt"
+                    )
                 }
                 logger.debug("receipt: legacy receipt, asking the verifyReceipt service")
                 return try await legacyClient.verify(receiptData: receiptData)

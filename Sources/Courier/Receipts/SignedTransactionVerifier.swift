@@ -129,10 +129,14 @@ public struct SignedTransactionVerifier: Sendable {
             }
         }
         guard leaf.extensions.contains(where: { $0.oid == AppStoreOIDs.receiptSigner }) else {
-            throw ReceiptCheck.oid.failure("the leaf certificate lacks the receipt-signing extension \(AppStoreOIDs.receiptSigner)")
+            throw ReceiptCheck.oid.failure(
+                "the leaf certificate lacks the receipt-signing extension \(AppStoreOIDs.receiptSigner)"
+            )
         }
         guard intermediate.extensions.contains(where: { $0.oid == AppStoreOIDs.wwdrIntermediate }) else {
-            throw ReceiptCheck.oid.failure("the intermediate certificate lacks the WWDR extension \(AppStoreOIDs.wwdrIntermediate)")
+            throw ReceiptCheck.oid.failure(
+                "the intermediate certificate lacks the WWDR extension \(AppStoreOIDs.wwdrIntermediate)"
+            )
         }
         guard !trustedRoots.isEmpty else {
             throw ReceiptCheck.chain.failure(
@@ -148,7 +152,9 @@ public struct SignedTransactionVerifier: Sendable {
         switch result {
         case .validCertificate(let chain):
             guard let root = chain.last, chain.count == 3, root == certificates[2] else {
-                throw ReceiptCheck.chain.failure("the token's root certificate is not the trusted root its chain leads to")
+                throw ReceiptCheck.chain.failure(
+                    "the token's root certificate is not the trusted root its chain leads to"
+                )
             }
         case .couldNotValidate(let failures):
             let reasons = failures.map { "\($0.policyFailureReason)" }
@@ -194,11 +200,15 @@ public struct SignedTransactionVerifier: Sendable {
 /// checked before chain building (so their failure is named `OID`), which is why this policy
 /// may declare them handled when a signer marks them critical.
 struct AppStoreChainPolicy: VerifierPolicy {
-    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [AppStoreOIDs.receiptSigner, AppStoreOIDs.wwdrIntermediate]
+    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [
+        AppStoreOIDs.receiptSigner, AppStoreOIDs.wwdrIntermediate,
+    ]
 
     func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) async -> PolicyEvaluationResult {
         guard chain.count == 3 else {
-            return .failsToMeetPolicy(reason: "the chain has \(chain.count) certificates, not leaf, intermediate and root")
+            return .failsToMeetPolicy(
+                reason: "the chain has \(chain.count) certificates, not leaf, intermediate and root"
+            )
         }
         return .meetsPolicy
     }
