@@ -163,7 +163,11 @@ public struct LegacyReceiptClient: Sendable {
         let base = configuration.verifyReceipt.retryDelay * pow(2, Double(attempt))
         let delay = min(base, 30) * Double.random(in: 0.5...1.0)
         logger.debug("verifyReceipt: retrying", metadata: ["reason": "\(reason)", "delay": "\(delay)"])
-        try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))
+        do {
+            try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))
+        } catch {
+            throw CourierError(.cancelled, "receipt verification was cancelled while waiting to retry")
+        }
     }
 
     static func isRetryable(_ object: [String: Any]) -> Bool {
