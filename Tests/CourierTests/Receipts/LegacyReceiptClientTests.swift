@@ -241,6 +241,33 @@ struct LegacyReceiptClientTests {
     }
 }
 
+extension LegacyReceiptClientTests {
+    @Test("a legacy receipt whose every purchase was cancelled fails the revoked check")
+    func allCancelled() async throws {
+        let cancelled = VerifyReceiptStub.inApp(
+            productId: "com.example.levels.pack1",
+            transactionId: "1000000009",
+            purchaseDate: Date(timeIntervalSince1970: 1_770_000_000),
+            cancellationDate: Date(timeIntervalSince1970: 1_770_500_000)
+        )
+        let stub = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(inApp: [cancelled]) }
+        defer { stub.stop() }
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        var configuration = ReceiptConfiguration()
+        configuration.verifyReceipt.productionURL = stub.productionURL.absoluteString
+        let validator = try ReceiptValidator(
+            configuration: configuration,
+            baseDirectory: folder.url,
+            transport: try CurlHTTPTransport(),
+            logger: Logger(label: "test")
+        )
+        let error = await courierError { _ = try await validator.validate(Data("UkVDRUlQVA==".utf8)) }
+        #expect(error.flatMap(ReceiptCheck.init(failing:)) == .revoked)
+        #expect(error?.exitCode == 3)
+    }
+}
+
 /// Collects rendered log lines (message and metadata) for the secret check.
 final class LogSink: @unchecked Sendable {  // @unchecked: `storage` is guarded by `lock`.
     private let lock = NSLock()
