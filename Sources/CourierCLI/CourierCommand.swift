@@ -13,6 +13,9 @@ struct CourierCommand: AsyncParsableCommand {
             4 insufficient disk space; 5 network failure after retries; \
             6 integrity failure or hostile package; 7 paused or interrupted (resumable).
             """,
-        subcommands: []
+        subcommands: [
+            ServeCommand.self,
+            PrestageCommand.self,
+        ]
     )
 }
