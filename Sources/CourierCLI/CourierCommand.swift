@@ -14,6 +14,7 @@ struct CourierCommand: AsyncParsableCommand {
             6 integrity failure or hostile package; 7 paused or interrupted (resumable).
             """,
         subcommands: [
+            GetCommand.self,
             ServeCommand.self,
             PrestageCommand.self,
         ]

@@ -22,12 +22,19 @@ public struct TransferConfiguration: Sendable, Codable, Equatable {
     public var diskReserve: Int64 = 64 << 20
     /// Allow plain `http://` to hosts other than loopback. Default false.
     public var allowInsecureHTTP: Bool = false
+    /// Seconds between checkpoints (fsync, then journal) of a running download. Default 1.
+    public var checkpointInterval: Double = 1
+    /// Bytes received between checkpoints at most. Default 64 MiB.
+    public var checkpointBytes: Int64 = 64 << 20
+    /// libcurl's receive buffer (CURLOPT_BUFFERSIZE) in bytes. Default 512 KiB (its maximum).
+    public var receiveBufferSize: Int = 512 << 10
 
     public init() {}
 
     enum CodingKeys: String, CodingKey {
         case maxConcurrentTransfers, maxTransfersPerHost, connectTimeout, stallTimeout, maxRetries
         case initialBackoff, maxBackoff, maxRedirects, diskReserve, allowInsecureHTTP
+        case checkpointInterval, checkpointBytes, receiveBufferSize
     }
 
     public init(from decoder: any Decoder) throws {
@@ -43,5 +50,8 @@ public struct TransferConfiguration: Sendable, Codable, Equatable {
         maxRedirects = try c.decode(.maxRedirects, or: d.maxRedirects)
         diskReserve = try c.decode(.diskReserve, or: d.diskReserve)
         allowInsecureHTTP = try c.decode(.allowInsecureHTTP, or: d.allowInsecureHTTP)
+        checkpointInterval = try c.decode(.checkpointInterval, or: d.checkpointInterval)
+        checkpointBytes = try c.decode(.checkpointBytes, or: d.checkpointBytes)
+        receiveBufferSize = try c.decode(.receiveBufferSize, or: d.receiveBufferSize)
     }
 }

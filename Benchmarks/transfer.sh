@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Transfer benchmarks (not a test): courier get against curl and aria2c, nginx on loopback.
+# Prints wall-time ratios (courier / other; below 1.0 means courier is faster) and peak RSS.
+#   Benchmarks/transfer.sh            # full run: 512 MiB, 500 x 200 KiB
+#   BIG_MIB=64 RUNS=3 Benchmarks/transfer.sh   # a quicker run
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BIG_MIB=${BIG_MIB:-512}
+SMALL_MIB=${SMALL_MIB:-32}
+FILES=${FILES:-500}
+RUNS=${RUNS:-5}
+NGINX=${NGINX:-/usr/sbin/nginx}
+
+echo "== building release"
+swift build -c release --product courier 2>&1 | grep -E 'error|warning|Compiling|Build' | tail -3
+BIN="$(swift build -c release --show-bin-path)/courier"
+
+WORK=$(mktemp -d /tmp/courier-bench.XXXXXX)
+NGINX_PID=""
+cleanup() {
+    if [[ -n "$NGINX_PID" ]]; then kill "$NGINX_PID" 2>/dev/null || true; wait "$NGINX_PID" 2>/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+mkdir -p "$WORK/site/small" "$WORK/out" "$WORK/nginx"
+
+echo "== making test data in $WORK"
+head -c "$((BIG_MIB << 20))" /dev/urandom > "$WORK/site/big.bin"
+head -c "$((SMALL_MIB << 20))" /dev/urandom > "$WORK/site/small.bin"
+head -c "$((FILES * 200 * 1024))" /dev/urandom > "$WORK/all-small"
+(cd "$WORK/site/small" && split -b 204800 -d -a 4 "$WORK/all-small" f && rm -f "$WORK/all-small")
+BIG_SHA=$(sha256sum "$WORK/site/big.bin" | cut -d' ' -f1)
+SMALL_SHA=$(sha256sum "$WORK/site/small.bin" | cut -d' ' -f1)
+
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+USER_LINE=""; [[ $(id -u) == 0 ]] && USER_LINE="user root;"
+cat > "$WORK/nginx/nginx.conf" <<CONF
+$USER_LINE
+worker_processes 2;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/nginx/cb; proxy_temp_path $WORK/nginx/p;
+    fastcgi_temp_path $WORK/nginx/f; uwsgi_temp_path $WORK/nginx/u; scgi_temp_path $WORK/nginx/s;
+    default_type application/octet-stream;
+    sendfile on; tcp_nopush on;
+    keepalive_requests 100000;
+    server { listen 127.0.0.1:$PORT; root $WORK/site; }
+}
+CONF
+"$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -e "$WORK/nginx/error.log" &
+NGINX_PID=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/small.bin" && break; sleep 0.1; done
+BASE="http://127.0.0.1:$PORT"
+ls "$WORK/site/small" | sed "s|^|$BASE/small/|" > "$WORK/list.txt"
+
+ratio() {  # ratio JSON: mean of command 0 / mean of command 1, with both means
+    python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+a, b = r[0]["mean"], r[1]["mean"]
+print(f"  courier {a:.3f} s ± {r[0]['stddev']:.3f}   other {b:.3f} s ± {r[1]['stddev']:.3f}   ratio {a / b:.2f}")
+PY
+}
+
+echo "== ${BIG_MIB} MiB: courier get --sha256 vs curl -s -o"
+hyperfine -N -w 1 -r "$RUNS" --export-json "$WORK/big.json" \
+    --prepare "rm -rf $WORK/out/big.bin $WORK/out/big.bin.courier-part $WORK/out/big.bin.courier-journal" \
+    "$BIN get $BASE/big.bin -o $WORK/out/big.bin --sha256 $BIG_SHA" \
+    "curl -s -o $WORK/out/big.bin $BASE/big.bin" > /dev/null
+ratio "$WORK/big.json"
+
+echo "== $FILES x 200 KiB, 16 at a time: courier get --input-file -j16 vs aria2c -j16"
+hyperfine -w 1 -r "$RUNS" --export-json "$WORK/aria.json" \
+    --prepare "rm -rf $WORK/many && mkdir -p $WORK/many" \
+    "$BIN get --input-file $WORK/list.txt -d $WORK/many -j 16" \
+    "aria2c -q -j16 -i $WORK/list.txt -d $WORK/many" > /dev/null
+ratio "$WORK/aria.json"
+
+echo "== $FILES x 200 KiB, 16 at a time: courier get --input-file -j16 vs xargs -P16 -n50 curl -s --remote-name-all"
+hyperfine -w 1 -r "$RUNS" --export-json "$WORK/xargs.json" \
+    --prepare "rm -rf $WORK/many && mkdir -p $WORK/many" \
+    "$BIN get --input-file $WORK/list.txt -d $WORK/many -j 16" \
+    "cd $WORK/many && xargs -P16 -n50 curl -s --remote-name-all < $WORK/list.txt" > /dev/null
+ratio "$WORK/xargs.json"
+
+echo "== peak RSS of courier get (GNU time)"
+for name in big small; do
+    sha=$BIG_SHA; [[ $name == small ]] && sha=$SMALL_SHA
+    rm -f "$WORK/out/$name.bin"*
+    /usr/bin/time -f "%M" -o "$WORK/rss-$name" "$BIN" get "$BASE/$name.bin" -o "$WORK/out/$name.bin" --sha256 "$sha" > /dev/null
+    size=$(stat -c %s "$WORK/site/$name.bin")
+    echo "  $((size >> 20)) MiB file: peak RSS $(( $(cat "$WORK/rss-$name") / 1024 )) MiB"
+done

@@ -1,0 +1,181 @@
+import CCurl
+import Foundation
+
+/// libcurl's `HTTPTransport`: small one-shot requests (receipts, catalogs, webhooks) driven by
+/// a curl multi loop thread, never blocking Swift's cooperative pool.
+///
+/// Redirects are followed up to `maxRedirects`; TLS verification is always on; plain http is
+/// refused (`.usage`) except to loopback unless `allowInsecureHTTP`. A response body larger
+/// than `HTTPRequest.maxResponseBytes` fails with `.integrity`; no response at all (connection
+/// refused, timeout, TLS failure) fails with `.network`. Cancelling the calling task aborts the
+/// request with `.cancelled`.
+public final class CurlHTTPTransport: HTTPTransport {
+    private let configuration: TransferConfiguration
+    private let loop: CurlMultiLoop
+    private let ownsLoop: Bool
+
+    /// A transport with its own network thread; call `shutdown()` when done (or let it go).
+    public init(configuration: TransferConfiguration = .init()) throws {
+        self.configuration = configuration
+        self.loop = try CurlMultiLoop(name: "courier.http", maxConnections: 8)
+        self.ownsLoop = true
+    }
+
+    /// A transport sharing an engine's network thread.
+    init(configuration: TransferConfiguration, loop: CurlMultiLoop) {
+        self.configuration = configuration
+        self.loop = loop
+        self.ownsLoop = false
+    }
+
+    /// Ends the network thread of a transport that owns one.
+    public func shutdown() {
+        if ownsLoop { loop.shutdown() }
+    }
+
+    deinit {
+        if ownsLoop { loop.shutdown() }
+    }
+
+    public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        let job = OneShotRequestJob(request: request, configuration: configuration)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                job.setContinuation(continuation)
+                loop.add(job)
+            }
+        } onCancel: {
+            job.requestStop(.requested)
+        }
+    }
+}
+
+/// One small request with its response collected in memory (bounded).
+final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hooks run on the loop thread; `continuation` is set before `add`.
+    private let request: HTTPRequest
+    private let configuration: TransferConfiguration
+    private var continuation: CheckedContinuation<HTTPResponse, any Error>?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var status = 0
+    private var headers: [String: String] = [:]
+    private var body = Data()
+    private var failure: CourierError?
+
+    init(request: HTTPRequest, configuration: TransferConfiguration) {
+        self.request = request
+        self.configuration = configuration
+    }
+
+    func setContinuation(_ continuation: CheckedContinuation<HTTPResponse, any Error>) {
+        self.continuation = continuation
+    }
+
+    override func configure(_ easy: UnsafeMutableRawPointer) throws {
+        _ = courier_easy_setopt_string(easy, CURLOPT_URL, request.url.absoluteString)
+        _ = courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
+        _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
+        _ = courier_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout * 1000))
+        _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(request.timeout, configuration.connectTimeout) * 1000))
+        _ = courier_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "")
+        _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
+        let method = request.method.uppercased()
+        switch method {
+        case "GET":
+            break
+        case "HEAD":
+            _ = courier_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
+        default:
+            if method != "POST" {
+                _ = courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+            }
+        }
+        if let body = request.body {
+            _ = courier_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+            body.withUnsafeBytes { raw in
+                // COPYPOSTFIELDS copies the bytes (using the size set just above).
+                if let base = raw.baseAddress, raw.count > 0 {
+                    _ = courier_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base))
+                } else {
+                    _ = courier_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, "")
+                }
+            }
+            if method == "GET" {
+                _ = courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, "GET")
+            }
+        }
+        var list: UnsafeMutablePointer<curl_slist>?
+        for (name, value) in request.headers {
+            list = curl_slist_append(list, "\(name): \(value)")
+        }
+        // No "Expect: 100-continue" round trip for small bodies.
+        list = curl_slist_append(list, "Expect:")
+        headerList = list
+        _ = courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+    }
+
+    override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+        if let status = HTTPHeaderLine.status(line) {
+            self.status = status
+            headers = [:]
+            if let easy, !configuration.allowInsecureHTTP {
+                var effective: UnsafeMutablePointer<CChar>?
+                if courier_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective,
+                    let url = URL(string: String(cString: effective)), (try? URLPolicy.check(url, allowInsecureHTTP: false)) == nil
+                {
+                    failure = CourierError(.network, "redirected to an insecure URL \(url.absoluteString)")
+                    return false
+                }
+            }
+        } else if let (name, value) = HTTPHeaderLine.field(line) {
+            headers[name] = value
+        }
+        return true
+    }
+
+    override func didReceive(_ bytes: UnsafeRawBufferPointer) -> Int {
+        if body.count + bytes.count > request.maxResponseBytes {
+            failure = CourierError(
+                .integrity,
+                "the response from \(request.url.absoluteString) is larger than \(request.maxResponseBytes) bytes"
+            )
+            return 0
+        }
+        body.append(contentsOf: bytes)
+        return bytes.count
+    }
+
+    override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
+        if let headerList {
+            curl_slist_free_all(headerList)
+            self.headerList = nil
+        }
+        guard let continuation else { return }
+        self.continuation = nil
+        if let failure {
+            continuation.resume(throwing: failure)
+        } else if let stop {
+            let error: CourierError =
+                stop == .shutdown
+                ? CourierError(.network, "the HTTP transport was shut down")
+                : CourierError(.cancelled, "the request to \(request.url.absoluteString) was cancelled")
+            continuation.resume(throwing: error)
+        } else if result != CURLE_OK {
+            continuation.resume(
+                throwing: CourierError(
+                    .network,
+                    "\(request.method) \(request.url.absoluteString) failed",
+                    cause: CurlGlobal.describe(result)
+                )
+            )
+        } else {
+            continuation.resume(returning: HTTPResponse(status: status, headers: headers, body: body))
+        }
+    }
+}

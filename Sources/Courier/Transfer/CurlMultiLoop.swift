@@ -1,0 +1,300 @@
+import CCurl
+import Foundation
+
+/// libcurl's process-wide initialisation, done once before the first handle.
+enum CurlGlobal {
+    static let initialized: Bool = {
+        // CURL_GLOBAL_DEFAULT (SSL | WIN32); the macro is not importable.
+        curl_global_init(3) == CURLE_OK
+    }()
+
+    /// The text of a curl result code.
+    static func describe(_ code: CURLcode) -> String {
+        "curl \(code.rawValue): \(String(cString: curl_easy_strerror(code)))"
+    }
+}
+
+/// Why a job left the loop before libcurl finished it.
+enum CurlJobStop: Sendable {
+    /// The caller paused or cancelled the work.
+    case requested
+    /// The stall watchdog saw no byte for the job's stall timeout.
+    case stalled
+    /// The loop is shutting down.
+    case shutdown
+}
+
+/// Work the loop drives: one easy handle, configured and cleaned up on the loop thread.
+///
+/// Subclasses override the hooks; every hook runs on the loop thread. `requestStop` may be
+/// called from any thread.
+class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop thread only; `stopLock` guards `stopReason`.
+    private let stopLock = NSLock()
+    private var stopReason: CurlJobStop?
+    /// The loop this job was posted to (set by `CurlMultiLoop.add`).
+    fileprivate weak var loop: CurlMultiLoop?
+    /// The easy handle while the job is on the loop.
+    fileprivate(set) var easy: UnsafeMutableRawPointer?
+    /// When the watchdog last saw life (a received byte, a resume from backpressure).
+    var lastActivity = DispatchTime.now()
+    /// Seconds without activity before the watchdog stops the job; nil disables it.
+    var stallTimeout: Double?
+    /// True while the job has paused its own receiving (backpressure); the watchdog ignores it.
+    var isReceivePaused = false
+
+    /// Sets the options of `easy` (the loop sets the callbacks and private pointer afterwards).
+    func configure(_ easy: UnsafeMutableRawPointer) throws {}
+    /// One header line as received, CRLF included.
+    func didReceiveHeader(_ line: UnsafeRawBufferPointer) -> Bool { true }
+    /// Body bytes: return `bytes.count` to consume, `CurlJob.pauseReceiving` to be called again
+    /// later with the same bytes, anything else to abort with CURLE_WRITE_ERROR.
+    func didReceive(_ bytes: UnsafeRawBufferPointer) -> Int { bytes.count }
+    /// The end: libcurl's result, or why the job was stopped early. The handle is still valid.
+    func didFinish(_ result: CURLcode, stop: CurlJobStop?) {}
+
+    static let pauseReceiving = Int(CURL_WRITEFUNC_PAUSE)
+
+    /// Asks the loop to stop this job; `didFinish` follows with `stop`. Safe from any thread,
+    /// before or after the job was added.
+    func requestStop(_ reason: CurlJobStop = .requested) {
+        stopLock.lock()
+        if stopReason == nil { stopReason = reason }
+        let loop = self.loop
+        stopLock.unlock()
+        loop?.post(.stop(self))
+    }
+
+    var pendingStop: CurlJobStop? {
+        stopLock.lock()
+        defer { stopLock.unlock() }
+        return stopReason
+    }
+
+    fileprivate func attach(_ loop: CurlMultiLoop) {
+        stopLock.lock()
+        self.loop = loop
+        stopLock.unlock()
+    }
+
+    /// Asks the loop to resume receiving after `pauseReceiving`. Safe from any thread.
+    func resumeReceiving() {
+        stopLock.lock()
+        let loop = self.loop
+        stopLock.unlock()
+        loop?.post(.unpause(self))
+    }
+}
+
+/// The one network thread: owns a curl multi handle and drives every job on it.
+///
+/// Other threads post commands (add, stop, unpause) and wake it with `curl_multi_wakeup`; the
+/// thread never blocks on disk or hashing. The multi handle keeps a connection cache, so jobs to
+/// the same host reuse connections.
+final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and `stopped` are guarded by `lock`; the rest is loop-thread only.
+    enum Command {
+        case add(CurlJob)
+        case stop(CurlJob)
+        case unpause(CurlJob)
+    }
+
+    private let multi: UnsafeMutableRawPointer
+    private let lock = NSLock()
+    private var commands: [Command] = []
+    private var stopped = false
+    private var finishedThread = false
+    private let threadExited = DispatchSemaphore(value: 0)
+    /// Jobs on the multi handle, keyed by their easy handle (loop thread only).
+    private var jobs: [UnsafeMutableRawPointer: CurlJob] = [:]
+
+    /// Starts the network thread. `maxConnections` sizes the connection cache.
+    init(name: String, maxConnections: Int) throws {
+        guard CurlGlobal.initialized, let multi = curl_multi_init() else {
+            throw CourierError(.internal, "cannot initialise libcurl")
+        }
+        self.multi = multi
+        _ = courier_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(8, maxConnections))
+        let thread = Thread { [self] in self.run() }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Posts a job; it starts on the next loop turn.
+    func add(_ job: CurlJob) {
+        job.attach(self)
+        post(.add(job))
+    }
+
+    func post(_ command: Command) {
+        lock.lock()
+        if stopped {
+            lock.unlock()
+            if case .add(let job) = command {
+                // Never started: tell it so on this thread (no handle exists yet).
+                job.didFinish(CURLE_ABORTED_BY_CALLBACK, stop: .shutdown)
+            }
+            return
+        }
+        commands.append(command)
+        lock.unlock()
+        curl_multi_wakeup(multi)
+    }
+
+    /// Stops every job (`didFinish` with `.shutdown`) and ends the thread; waits for it.
+    func shutdown() {
+        lock.lock()
+        let wasStopped = stopped
+        stopped = true
+        lock.unlock()
+        guard !wasStopped else { return }
+        curl_multi_wakeup(multi)
+        threadExited.wait()
+    }
+
+    private func run() {
+        while true {
+            lock.lock()
+            let pending = commands
+            commands.removeAll(keepingCapacity: true)
+            let isStopping = stopped
+            lock.unlock()
+            for command in pending { perform(command) }
+            if isStopping {
+                for job in Array(jobs.values) { finish(job, result: CURLE_ABORTED_BY_CALLBACK, stop: .shutdown) }
+                curl_multi_cleanup(multi)
+                threadExited.signal()
+                return
+            }
+            var running: Int32 = 0
+            curl_multi_perform(multi, &running)
+            var left: Int32 = 0
+            while let message = curl_multi_info_read(multi, &left) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle,
+                    let job = jobs[easy]
+                else { continue }
+                finish(job, result: courier_multi_message_result(message), stop: nil)
+            }
+            watchdog()
+            curl_multi_poll(multi, nil, 0, 200, nil)
+        }
+    }
+
+    private func perform(_ command: Command) {
+        switch command {
+        case .add(let job):
+            if let reason = job.pendingStop {
+                job.didFinish(CURLE_ABORTED_BY_CALLBACK, stop: reason)
+                return
+            }
+            guard let easy = curl_easy_init() else {
+                job.didFinish(CURLE_FAILED_INIT, stop: nil)
+                return
+            }
+            job.easy = easy
+            do {
+                try job.configure(easy)
+            } catch {
+                job.didFinish(CURLE_FAILED_INIT, stop: nil)
+                job.easy = nil
+                curl_easy_cleanup(easy)
+                return
+            }
+            let context = Unmanaged.passUnretained(job).toOpaque()
+            _ = courier_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context)
+            _ = courier_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context)
+            _ = courier_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
+            _ = courier_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION) { data, size, count, context in
+                guard let context else { return 0 }
+                let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
+                let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+                return job.didReceive(bytes)
+            }
+            _ = courier_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION) { data, size, count, context in
+                guard let context else { return 0 }
+                let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
+                let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+                return job.didReceiveHeader(bytes) ? size * count : 0
+            }
+            job.lastActivity = .now()
+            jobs[easy] = job
+            let added = curl_multi_add_handle(multi, easy)
+            if added != CURLM_OK {
+                jobs[easy] = nil
+                job.didFinish(CURLE_FAILED_INIT, stop: nil)
+                job.easy = nil
+                curl_easy_cleanup(easy)
+            }
+        case .stop(let job):
+            guard let easy = job.easy, jobs[easy] === job else { return }
+            finish(job, result: CURLE_ABORTED_BY_CALLBACK, stop: job.pendingStop ?? .requested)
+        case .unpause(let job):
+            guard let easy = job.easy, jobs[easy] === job, job.isReceivePaused else { return }
+            job.isReceivePaused = false
+            job.lastActivity = .now()
+            // CURLPAUSE_CONT is 0; the macro is not importable. May call the write callback at once.
+            curl_easy_pause(easy, 0)
+        }
+    }
+
+    private func finish(_ job: CurlJob, result: CURLcode, stop: CurlJobStop?) {
+        guard let easy = job.easy else { return }
+        curl_multi_remove_handle(multi, easy)
+        jobs[easy] = nil
+        job.didFinish(result, stop: stop)
+        job.easy = nil
+        curl_easy_cleanup(easy)
+    }
+
+    private func watchdog() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        for job in Array(jobs.values) {
+            guard let timeout = job.stallTimeout, !job.isReceivePaused else { continue }
+            let idle = Double(now &- job.lastActivity.uptimeNanoseconds) / 1e9
+            if idle > timeout {
+                finish(job, result: CURLE_OPERATION_TIMEDOUT, stop: .stalled)
+            }
+        }
+    }
+}
+
+/// Header-line parsing shared by the jobs.
+enum HTTPHeaderLine {
+    /// The status code of an `HTTP/x y reason` line, or nil if the line is not a status line.
+    static func status(_ line: String) -> Int? {
+        guard line.hasPrefix("HTTP/") else { return nil }
+        let parts = line.split(separator: " ", maxSplits: 2)
+        guard parts.count >= 2 else { return nil }
+        return Int(parts[1])
+    }
+
+    /// The lowercased name and trimmed value of a `Name: value` line.
+    static func field(_ line: String) -> (String, String)? {
+        guard let colon = line.firstIndex(of: ":") else { return nil }
+        let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
+        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+        return (name, value)
+    }
+}
+
+/// The URL policy of DESIGN.md: https, or plain http only to loopback unless allowed.
+enum URLPolicy {
+    static func check(_ url: URL, allowInsecureHTTP: Bool) throws {
+        let scheme = url.scheme?.lowercased() ?? ""
+        if scheme == "https" { return }
+        guard scheme == "http" else {
+            throw CourierError(.usage, "unsupported URL scheme in \(url.absoluteString)", hint: "use an https:// URL")
+        }
+        if allowInsecureHTTP || isLoopback(host: url.host ?? "") { return }
+        throw CourierError(
+            .usage,
+            "plain http is allowed only to loopback: \(url.absoluteString)",
+            hint: "use https, or set transfer.allowInsecureHTTP in the configuration"
+        )
+    }
+
+    static func isLoopback(host: String) -> Bool {
+        let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        if host == "localhost" || host == "::1" { return true }
+        let octets = host.split(separator: ".")
+        return octets.count == 4 && octets.first == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+}

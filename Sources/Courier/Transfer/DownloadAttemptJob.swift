@@ -1,0 +1,310 @@
+import CCurl
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How one attempt (one HTTP exchange) of a download ended.
+enum AttemptOutcome: Sendable {
+    /// The body was received in full; `total` when the server said how long it is.
+    case completed
+    /// A 416 said the durable bytes are already the whole resource.
+    case alreadyComplete
+    /// The resource changed (or the server sent an unusable range): start again from byte 0.
+    case restartFromZero
+    /// A retryable failure; `retryAfter` in seconds when the server asked for a delay.
+    case retry(retryAfter: Double?, CourierError)
+    case fail(CourierError)
+    /// The caller paused (cancelled) the download, or the engine shut down.
+    case paused
+    /// The writer failed (disk full, I/O error): its error says why.
+    case writerFailed
+}
+
+/// One HTTP exchange of a download on the network thread: sends the Range/If-Range request,
+/// judges the response head (`ResponseDecision`), feeds accepted body bytes to the writer in
+/// chunks, and reports an `AttemptOutcome`.
+final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: hooks run on the loop thread; `continuation` is set before `add`.
+    private let request: DownloadRequest
+    private let configuration: TransferConfiguration
+    private let writer: PartialFileWriter
+    private let requestedOffset: Int64
+    private var journal: ResumeJournal
+    private var continuation: CheckedContinuation<AttemptOutcome, Never>?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+
+    private var head = DownloadResponseHead(status: 0)
+    private var decision: ResponseDecision?
+    private var failure: CourierError?
+    private var buffer: [UInt8] = []
+    /// Bytes handed to the writer at once: 1 MiB, or less when checkpoints are closer.
+    private let chunkSize: Int
+    /// Body bytes accepted by this attempt.
+    private(set) var receivedBytes: Int64 = 0
+
+    init(
+        request: DownloadRequest,
+        journal: ResumeJournal,
+        requestedOffset: Int64,
+        writer: PartialFileWriter,
+        configuration: TransferConfiguration
+    ) {
+        self.request = request
+        self.journal = journal
+        self.requestedOffset = requestedOffset
+        self.writer = writer
+        self.configuration = configuration
+        self.chunkSize = Int(min(1 << 20, max(64 << 10, configuration.checkpointBytes)))
+        super.init()
+        stallTimeout = configuration.stallTimeout
+    }
+
+    func setContinuation(_ continuation: CheckedContinuation<AttemptOutcome, Never>) {
+        self.continuation = continuation
+    }
+
+    override func configure(_ easy: UnsafeMutableRawPointer) throws {
+        _ = courier_easy_setopt_string(easy, CURLOPT_URL, request.url.absoluteString)
+        _ = courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
+        _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
+        _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout * 1000))
+        // libcurl's own low-speed limit backs up the watchdog (which also sees paused time).
+        _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int((configuration.stallTimeout * 2).rounded(.up)))
+        _ = courier_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, configuration.receiveBufferSize)
+        _ = courier_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
+        _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
+        if requestedOffset > 0 {
+            _ = courier_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-")
+        }
+        var list: UnsafeMutablePointer<curl_slist>?
+        for (name, value) in request.headers {
+            list = curl_slist_append(list, "\(name): \(value)")
+        }
+        if requestedOffset > 0, let validator = journal.etag ?? journal.lastModified {
+            list = curl_slist_append(list, "If-Range: \(validator)")
+        }
+        headerList = list
+        if let list {
+            _ = courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+        }
+    }
+
+    override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        lastActivity = .now()
+        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+        if let status = HTTPHeaderLine.status(line) {
+            head = DownloadResponseHead(status: status)
+            if let easy, !configuration.allowInsecureHTTP {
+                var effective: UnsafeMutablePointer<CChar>?
+                if courier_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective,
+                    let url = URL(string: String(cString: effective)),
+                    (try? URLPolicy.check(url, allowInsecureHTTP: false)) == nil
+                {
+                    decision = .fail(CourierError(.network, "redirected to an insecure URL \(url.absoluteString)"))
+                    return false
+                }
+            }
+            return true
+        }
+        if !line.isEmpty {
+            if let (name, value) = HTTPHeaderLine.field(line) {
+                switch name {
+                case "content-length": head.contentLength = Int64(value)
+                case "content-range": head.contentRange = value
+                case "etag": head.etag = value
+                case "last-modified": head.lastModified = value
+                case "retry-after": head.retryAfter = value
+                default: break
+                }
+            }
+            return true
+        }
+        // The end of a head. Interim (1xx) and followed redirects (3xx with a Location) are skipped.
+        if head.status < 200 || (300...399).contains(head.status) { return true }
+        return decide()
+    }
+
+    /// Judges the final response head; returns false to abort the exchange.
+    private func decide() -> Bool {
+        let decided = ResponseDecision.decide(
+            head,
+            requestedOffset: requestedOffset,
+            knownTotal: journal.totalLength,
+            url: request.url
+        )
+        var accepted: (offset: Int64, total: Int64?)?
+        switch decided {
+        case .accept(let offset, let total):
+            accepted = (offset, total)
+        case .restartFromZero where head.status == 200:
+            // A 200 to a ranged request: the resource changed or ranges are unsupported.
+            // Start over within this same response.
+            accepted = (0, head.contentLength)
+        default:
+            decision = decided
+            return false
+        }
+        guard let accepted else { return false }
+        if let expected = request.expectedLength, let total = accepted.total, total != expected {
+            decision = .fail(
+                CourierError(
+                    .integrity,
+                    "\(request.url.absoluteString) is \(total) bytes, expected \(expected)",
+                    cause: "length mismatch"
+                )
+            )
+            return false
+        }
+        if let total = accepted.total {
+            do {
+                try SpaceCheck.require(
+                    bytes: total - accepted.offset + request.additionalSpaceNeeded,
+                    reserve: configuration.diskReserve,
+                    at: request.partialFile
+                )
+            } catch let error as CourierError {
+                decision = .fail(error)
+                return false
+            } catch {
+                return false
+            }
+        }
+        let strongETag = head.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 }
+        var updated = journal
+        updated.url = request.url
+        updated.etag = strongETag
+        updated.lastModified = head.lastModified
+        updated.totalLength = accepted.total
+        if accepted.offset == 0 && requestedOffset > 0 {
+            updated.durableOffset = 0
+            writer.submitRestart(journal: updated)
+        } else {
+            writer.submitJournal(updated)
+        }
+        journal = updated
+        decision = .accept(offset: accepted.offset, total: accepted.total)
+        return true
+    }
+
+    override func didReceive(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard case .accept = decision else {
+            // The body of a response we do not keep (an error page before a redirect, say).
+            return bytes.count
+        }
+        if writer.error != nil { return 0 }
+        if writer.shouldPause(self) {
+            isReceivePaused = true
+            return CurlJob.pauseReceiving
+        }
+        lastActivity = .now()
+        if buffer.count + bytes.count > chunkSize { flush() }
+        if buffer.capacity < chunkSize { buffer.reserveCapacity(max(chunkSize, bytes.count)) }
+        buffer.append(contentsOf: bytes)
+        receivedBytes += Int64(bytes.count)
+        if buffer.count >= chunkSize { flush() }
+        return bytes.count
+    }
+
+    private func flush() {
+        guard !buffer.isEmpty else { return }
+        writer.submit(buffer)
+        buffer = []
+    }
+
+    override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
+        if let headerList {
+            curl_slist_free_all(headerList)
+            self.headerList = nil
+        }
+        if case .accept = decision { flush() }
+        guard let continuation else { return }
+        self.continuation = nil
+        continuation.resume(returning: outcome(result, stop: stop))
+    }
+
+    private func outcome(_ result: CURLcode, stop: CurlJobStop?) -> AttemptOutcome {
+        switch stop {
+        case .requested, .shutdown:
+            return .paused
+        case .stalled:
+            return .retry(
+                retryAfter: nil,
+                CourierError(
+                    .network,
+                    "\(request.url.absoluteString) stalled: no data for \(configuration.stallTimeout) s",
+                    cause: "stall watchdog"
+                )
+            )
+        case nil:
+            break
+        }
+        if writer.error != nil { return .writerFailed }
+        switch decision {
+        case .accept?:
+            if result == CURLE_OK { return .completed }
+        case .alreadyComplete?:
+            return .alreadyComplete
+        case .restartFromZero?:
+            return .restartFromZero
+        case .retry(let retryAfter, let error)?:
+            return .retry(retryAfter: retryAfter, error)
+        case .fail(let error)?:
+            return .fail(error)
+        case nil:
+            break
+        }
+        let error = CourierError(
+            .network,
+            "downloading \(request.url.absoluteString) failed",
+            cause: CurlGlobal.describe(result)
+        )
+        return Self.isRetryable(result) ? .retry(retryAfter: nil, error) : .fail(error)
+    }
+
+    /// Connection errors, resets, timeouts and short bodies are retried; TLS trust failures,
+    /// bad URLs and redirect loops are not.
+    static func isRetryable(_ code: CURLcode) -> Bool {
+        switch code {
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_PARTIAL_FILE, CURLE_OPERATION_TIMEDOUT,
+            CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_HTTP2, CURLE_HTTP2_STREAM,
+            CURLE_SSL_CONNECT_ERROR, CURLE_OK:
+            return true
+        default:
+            return false
+        }
+    }
+}
+
+/// The disk-space check of DESIGN.md: remaining bytes plus a reserve must fit, else
+/// `insufficientSpace` before a byte is requested.
+public enum SpaceCheck {
+    /// Free bytes for an unprivileged writer on the filesystem holding `url` (or its folder).
+    public static func availableBytes(at url: URL) throws -> Int64 {
+        var status = statvfs()
+        var path = url.path
+        if !FileManager.default.fileExists(atPath: path) { path = url.deletingLastPathComponent().path }
+        guard statvfs(path, &status) == 0 else { throw CourierError.posix("statvfs", path: path) }
+        return Int64(status.f_bavail) * Int64(status.f_frsize)
+    }
+
+    /// Throws `insufficientSpace` unless `bytes + reserve` fit at `url`.
+    public static func require(bytes: Int64, reserve: Int64, at url: URL) throws {
+        let available = try availableBytes(at: url)
+        let needed = max(0, bytes) + max(0, reserve)
+        guard needed <= available else {
+            throw CourierError(
+                .insufficientSpace,
+                "not enough disk space at \(url.deletingLastPathComponent().path): \(needed) bytes needed, \(available) free",
+                cause: "statvfs",
+                hint: "free some space, then resume"
+            )
+        }
+    }
+}

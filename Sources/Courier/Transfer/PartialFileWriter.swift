@@ -1,0 +1,278 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The disk side of one download: writes body chunks to the partial file, hashes them, fsyncs
+/// and records checkpoints in the journal. Runs on one serial queue of the engine's bounded
+/// worker pool, never on the network thread.
+///
+/// The network thread hands chunks over with `submit`; `shouldPause` applies backpressure
+/// (memory stays bounded whatever the file size) and the writer asks the job to resume receiving
+/// once it has caught up.
+final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state is touched only on `queue`; the handover counters are guarded by `lock`.
+    let queue: DispatchQueue
+    let file: URL
+    private let fd: Int32
+    private let store: any ResumeJournalStore
+    private let checkpointBytes: Int64
+    private let checkpointInterval: Double
+    private let highWater: Int
+
+    // Queue-only state.
+    private var hasher = SHA256()
+    private(set) var writtenOffset: Int64 = 0
+    private(set) var durableOffset: Int64 = 0
+    private(set) var journal: ResumeJournal
+    private var lastCheckpoint = DispatchTime.now()
+    /// Bytes written by this process (all attempts), for `DownloadResult.bytesFetched`.
+    private(set) var bytesWrittenThisRun: Int64 = 0
+    private let progress: ProgressReporter
+
+    // Handover state, guarded by `lock`.
+    private let lock = NSLock()
+    private var inFlight = 0
+    private var pausedJob: CurlJob?
+    private var failure: CourierError?
+
+    init(
+        file: URL,
+        fd: Int32,
+        journal: ResumeJournal,
+        store: any ResumeJournalStore,
+        queue: DispatchQueue,
+        configuration: TransferConfiguration,
+        progress: ProgressReporter
+    ) {
+        self.file = file
+        self.fd = fd
+        self.journal = journal
+        self.store = store
+        self.queue = queue
+        self.checkpointBytes = max(1, configuration.checkpointBytes)
+        self.checkpointInterval = configuration.checkpointInterval
+        self.highWater = 4 << 20
+        self.progress = progress
+    }
+
+    /// The first error the writer met (ENOSPC, EIO, a journal that could not be saved).
+    var error: CourierError? {
+        lock.lock()
+        defer { lock.unlock() }
+        return failure
+    }
+
+    // MARK: Network thread
+
+    /// True when too much data waits for the disk: the caller pauses receiving and is resumed
+    /// through `job.resumeReceiving()` once the writer has caught up.
+    func shouldPause(_ job: CurlJob) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if inFlight >= highWater {
+            pausedJob = job
+            return true
+        }
+        return false
+    }
+
+    /// Hands a chunk over to the worker.
+    func submit(_ chunk: [UInt8]) {
+        lock.lock()
+        inFlight += chunk.count
+        lock.unlock()
+        queue.async { self.write(chunk) }
+    }
+
+    /// Queues a reset of the partial file to empty (a 200 answered a ranged request).
+    func submitRestart(journal: ResumeJournal) {
+        queue.async {
+            self.restartFromZero()
+            self.journal = journal
+        }
+    }
+
+    /// Queues the journal of a newly accepted response (validator, total length).
+    func submitJournal(_ journal: ResumeJournal) {
+        queue.async {
+            var updated = journal
+            updated.durableOffset = self.durableOffset
+            self.journal = updated
+        }
+    }
+
+    // MARK: Worker queue
+
+    /// Runs `body` on the writer's queue and returns its result.
+    func perform<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try body() })
+            }
+        }
+    }
+
+    /// Prepares to continue at `offset`: truncates what follows it and hashes what precedes it.
+    /// Returns the offset actually used (0 when the prefix cannot be read back).
+    func prepare(resumingAt offset: Int64) throws -> Int64 {
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw CourierError.posix("stat", path: file.path) }
+        var start = offset
+        if Int64(status.st_size) < offset { start = 0 }
+        guard ftruncate(fd, off_t(start)) == 0 else { throw CourierError.posix("truncate", path: file.path) }
+        hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var position: Int64 = 0
+        while position < start {
+            let wanted = Int(min(Int64(buffer.count), start - position))
+            let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, wanted, off_t(position)) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { throw CourierError.posix("read", path: file.path) }
+            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            position += Int64(count)
+        }
+        writtenOffset = start
+        durableOffset = start
+        journal.durableOffset = start
+        progress.start(at: start, total: journal.totalLength)
+        return start
+    }
+
+    /// Discards the partial data and starts over with `journal` (queue only).
+    func restart(with journal: ResumeJournal) throws {
+        self.journal = journal
+        _ = try prepare(resumingAt: 0)
+        try checkpoint()
+    }
+
+    private func write(_ chunk: [UInt8]) {
+        defer { drained(chunk.count) }
+        guard error == nil else { return }
+        var done = 0
+        while done < chunk.count {
+            let count = chunk.withUnsafeBytes {
+                pwrite(fd, $0.baseAddress.map { $0 + done }, chunk.count - done, off_t(writtenOffset + Int64(done)))
+            }
+            if count < 0 {
+                if errno == EINTR { continue }
+                fail(CourierError.posix("write", path: file.path))
+                // Keep what did land: it is valid data and can be checkpointed.
+                writtenOffset += Int64(done)
+                chunk.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<done])) }
+                return
+            }
+            done += count
+        }
+        chunk.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+        writtenOffset += Int64(chunk.count)
+        bytesWrittenThisRun += Int64(chunk.count)
+        progress.update(bytes: writtenOffset, total: journal.totalLength)
+        if writtenOffset - durableOffset >= checkpointBytes
+            || Double(DispatchTime.now().uptimeNanoseconds - lastCheckpoint.uptimeNanoseconds) / 1e9 >= checkpointInterval
+        {
+            do {
+                try checkpoint()
+            } catch let error as CourierError {
+                fail(error)
+            } catch {
+                fail(CourierError(.io, "cannot checkpoint \(file.path)", cause: "\(error)"))
+            }
+        }
+    }
+
+    private func restartFromZero() {
+        guard error == nil else { return }
+        if ftruncate(fd, 0) != 0 {
+            fail(CourierError.posix("truncate", path: file.path))
+            return
+        }
+        hasher = SHA256()
+        writtenOffset = 0
+        durableOffset = 0
+        progress.start(at: 0, total: nil)
+    }
+
+    /// Makes the written bytes durable, then records them in the journal (queue only).
+    func checkpoint() throws {
+        lastCheckpoint = .now()
+        if writtenOffset != durableOffset || journal.durableOffset != writtenOffset {
+            guard fdatasync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
+            durableOffset = writtenOffset
+            journal.durableOffset = durableOffset
+        }
+        try store.save(journal)
+    }
+
+    /// Makes everything durable and returns the length and SHA-256 of the whole file (queue only).
+    func finish() throws -> (length: Int64, sha256: String) {
+        guard fdatasync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
+        durableOffset = writtenOffset
+        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        progress.finish(bytes: writtenOffset)
+        return (writtenOffset, digest)
+    }
+
+    private func fail(_ error: CourierError) {
+        lock.lock()
+        if failure == nil { failure = error }
+        lock.unlock()
+    }
+
+    private func drained(_ count: Int) {
+        lock.lock()
+        inFlight -= count
+        var resume: CurlJob?
+        if let job = pausedJob, inFlight <= highWater / 2 || failure != nil {
+            resume = job
+            pausedJob = nil
+        }
+        lock.unlock()
+        resume?.resumeReceiving()
+    }
+}
+
+/// Turns byte counts into `TransferProgress` (rate, fraction, time remaining), throttled, and
+/// hands them to the caller's closure. Called on the writer's queue only.
+final class ProgressReporter: @unchecked Sendable {  // @unchecked: used on one writer queue only.
+    private let id: String
+    private let handler: @Sendable (TransferProgress) -> Void
+    private let interval: UInt64 = 100_000_000
+    private var lastReport: UInt64 = 0
+    private var lastSampleTime: UInt64 = 0
+    private var lastSampleBytes: Int64 = 0
+    private var rate: Double = 0
+
+    init(id: String, handler: @escaping @Sendable (TransferProgress) -> Void) {
+        self.id = id
+        self.handler = handler
+    }
+
+    func start(at bytes: Int64, total: Int64?) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        lastSampleTime = now
+        lastSampleBytes = bytes
+        lastReport = now
+        rate = 0
+        handler(TransferProgress(id: id, bytesReceived: bytes, totalBytes: total, bytesPerSecond: 0))
+    }
+
+    func update(bytes: Int64, total: Int64?) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard now - lastReport >= interval else { return }
+        let elapsed = Double(now - lastSampleTime) / 1e9
+        if elapsed > 0 {
+            let instant = Double(bytes - lastSampleBytes) / elapsed
+            rate = rate == 0 ? instant : 0.7 * rate + 0.3 * instant
+        }
+        lastSampleTime = now
+        lastSampleBytes = bytes
+        lastReport = now
+        handler(TransferProgress(id: id, bytesReceived: bytes, totalBytes: total, bytesPerSecond: rate))
+    }
+
+    func finish(bytes: Int64) {
+        handler(TransferProgress(id: id, bytesReceived: bytes, totalBytes: bytes, bytesPerSecond: rate))
+    }
+}

@@ -1,0 +1,363 @@
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One resumable download: where from, where to, and what the result must be.
+public struct DownloadRequest: Sendable {
+    /// The download id: the journal's key and the `download-id` of log messages.
+    public var id: String
+    public var url: URL
+    /// The verified file is renamed here when complete.
+    public var destination: URL
+    /// Bytes land here while downloading; must be on the destination's filesystem.
+    public var partialFile: URL
+    public var expectedLength: Int64?
+    /// Lowercase hex SHA-256 of the whole file.
+    public var expectedSHA256: String?
+    /// Extra request headers, e.g. `("Authorization", "Bearer …")`. Values are never logged.
+    public var headers: [(String, String)]
+    /// Bytes needed beyond the file itself (the unpacked size, say), added to the space check.
+    public var additionalSpaceNeeded: Int64
+
+    public init(
+        id: String,
+        url: URL,
+        destination: URL,
+        partialFile: URL? = nil,
+        expectedLength: Int64? = nil,
+        expectedSHA256: String? = nil,
+        headers: [(String, String)] = [],
+        additionalSpaceNeeded: Int64 = 0
+    ) {
+        self.id = id
+        self.url = url
+        self.destination = destination
+        self.partialFile = partialFile ?? destination.deletingLastPathComponent()
+            .appendingPathComponent(destination.lastPathComponent + ".courier-part")
+        self.expectedLength = expectedLength
+        self.expectedSHA256 = expectedSHA256?.lowercased()
+        self.headers = headers
+        self.additionalSpaceNeeded = additionalSpaceNeeded
+    }
+}
+
+/// Where a download stands: delivered to the progress closure without blocking the transfer.
+public struct TransferProgress: Sendable, Equatable {
+    public var id: String
+    /// Bytes of the whole file on disk so far (including what earlier runs fetched).
+    public var bytesReceived: Int64
+    /// The file's length, once known.
+    public var totalBytes: Int64?
+    /// Recent receive rate.
+    public var bytesPerSecond: Double
+
+    public init(id: String, bytesReceived: Int64, totalBytes: Int64?, bytesPerSecond: Double) {
+        self.id = id
+        self.bytesReceived = bytesReceived
+        self.totalBytes = totalBytes
+        self.bytesPerSecond = bytesPerSecond
+    }
+
+    /// 0...1, when the total is known.
+    public var progress: Double? {
+        guard let totalBytes, totalBytes > 0 else { return totalBytes == 0 ? 1 : nil }
+        return min(1, Double(bytesReceived) / Double(totalBytes))
+    }
+
+    /// Seconds left at the current rate, when the total and a rate are known.
+    public var timeRemaining: Double? {
+        guard let totalBytes, bytesPerSecond > 0 else { return nil }
+        return Double(max(0, totalBytes - bytesReceived)) / bytesPerSecond
+    }
+}
+
+/// A finished, verified download.
+public struct DownloadResult: Sendable, Equatable {
+    public var id: String
+    /// The verified file (the request's destination).
+    public var file: URL
+    public var length: Int64
+    /// Lowercase hex SHA-256 of the whole file.
+    public var sha256: String
+    /// Bytes fetched over the network by this call (not counting earlier runs).
+    public var bytesFetched: Int64
+    /// Where this call resumed (0: from the start).
+    public var resumedFrom: Int64
+
+    public init(id: String, file: URL, length: Int64, sha256: String, bytesFetched: Int64, resumedFrom: Int64) {
+        self.id = id
+        self.file = file
+        self.length = length
+        self.sha256 = sha256
+        self.bytesFetched = bytesFetched
+        self.resumedFrom = resumedFrom
+    }
+}
+
+/// Courier's download engine: resumable, pausable, verified downloads over libcurl.
+///
+/// One network thread drives every transfer on a curl multi handle (connection reuse, no
+/// signals); writing, hashing and fsync run on a bounded Dispatch worker pool. Any number of
+/// `download` calls may run at once: the engine runs at most `maxConcurrentTransfers` (and
+/// `maxTransfersPerHost` per host) and queues the rest, so open files and memory stay bounded.
+public final class TransferEngine: Sendable {
+    public let configuration: TransferConfiguration
+    private let logger: Logger
+    private let loop: CurlMultiLoop
+    private let slots: TransferSlots
+    private let workers: WorkerPool
+
+    public init(configuration: TransferConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.loop = try CurlMultiLoop(
+            name: "courier.transfer",
+            maxConnections: configuration.maxConcurrentTransfers * 2
+        )
+        self.slots = TransferSlots(total: configuration.maxConcurrentTransfers, perHost: configuration.maxTransfersPerHost)
+        self.workers = WorkerPool(count: max(2, ProcessInfo.processInfo.activeProcessorCount))
+    }
+
+    /// An `HTTPTransport` sharing this engine's network thread and connection cache.
+    public var httpTransport: any HTTPTransport {
+        CurlHTTPTransport(configuration: configuration, loop: loop)
+    }
+
+    /// Pauses every running download (they throw `.paused`) and ends the network thread.
+    public func shutdown() {
+        loop.shutdown()
+    }
+
+    /// Runs one download to completion. Cancelling the calling Task pauses it: the partial data
+    /// is checkpointed, the journal kept, and it throws CourierError(.paused).
+    ///
+    /// Resumes from `journal` when it holds a checkpoint for `request.id` (and the partial file
+    /// backs it). Fails with `.insufficientSpace` (partial data kept), `.integrity` (length or
+    /// SHA-256 mismatch; the bad file is removed and the next call starts over), `.network`,
+    /// `.serverRejected` (401) or `.notEntitled` (403). On success the journal is removed.
+    public func download(
+        _ request: DownloadRequest,
+        journal store: any ResumeJournalStore,
+        progress: @escaping @Sendable (TransferProgress) -> Void
+    ) async throws -> DownloadResult {
+        var logger = self.logger
+        logger[metadataKey: "download-id"] = "\(request.id)"
+        try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        let host = request.url.host ?? ""
+        try await slots.acquire(host: host)
+        defer { slots.release(host: host) }
+
+        let queue = workers.next()
+        let opened: (fd: Int32, journal: ResumeJournal) = try await Self.onQueue(queue) {
+            try Self.open(request, store: store, configuration: self.configuration)
+        }
+        defer { close(opened.fd) }
+        let writer = PartialFileWriter(
+            file: request.partialFile,
+            fd: opened.fd,
+            journal: opened.journal,
+            store: store,
+            queue: queue,
+            configuration: configuration,
+            progress: ProgressReporter(id: request.id, handler: progress)
+        )
+        let resumedFrom = try await writer.perform { try writer.prepare(resumingAt: opened.journal.durableOffset) }
+        let knownTotal = request.expectedLength ?? opened.journal.totalLength
+        try SpaceCheck.require(
+            bytes: (knownTotal.map { $0 - resumedFrom } ?? 0) + request.additionalSpaceNeeded,
+            reserve: configuration.diskReserve,
+            at: request.partialFile
+        )
+        logger.debug("download starting", metadata: ["url": "\(request.url.absoluteString)", "resume-from": "\(resumedFrom)"])
+
+        let backoff = RetryBackoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff)
+        var retries = 0
+        var restarts = 0
+        attempts: while true {
+            if Task.isCancelled { try await pause(writer, logger: logger) }
+            let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
+            let job = DownloadAttemptJob(
+                request: request,
+                journal: journal,
+                requestedOffset: offset,
+                writer: writer,
+                configuration: configuration
+            )
+            let outcome = await withTaskCancellationHandler {
+                await withCheckedContinuation { continuation in
+                    job.setContinuation(continuation)
+                    loop.add(job)
+                }
+            } onCancel: {
+                job.requestStop(.requested)
+            }
+            // Every accepted byte is on its way to the writer; wait until it is written.
+            _ = try? await writer.perform {}
+            if let error = writer.error {
+                try? await writer.perform { try writer.checkpoint() }
+                logger.debug("download stopped by the disk", metadata: ["error": "\(error)"])
+                throw error
+            }
+            switch outcome {
+            case .completed, .alreadyComplete:
+                break attempts
+            case .restartFromZero:
+                restarts += 1
+                guard restarts <= 3 else {
+                    throw CourierError(.network, "\(request.url.absoluteString) keeps changing during the download")
+                }
+                logger.debug("resource changed: starting over")
+                var fresh = journal
+                fresh.etag = nil
+                fresh.lastModified = nil
+                fresh.totalLength = nil
+                fresh.durableOffset = 0
+                let restarted = fresh
+                try await writer.perform { try writer.restart(with: restarted) }
+            case .paused:
+                try await pause(writer, logger: logger)
+            case .writerFailed:
+                throw writer.error ?? CourierError(.io, "writing \(request.partialFile.path) failed")
+            case .fail(let error):
+                if error.code == .integrity {
+                    // The server announced the wrong file: keep nothing of it.
+                    try? FileManager.default.removeItem(at: request.partialFile)
+                    try? store.remove(downloadId: request.id)
+                } else {
+                    try? await writer.perform { try writer.checkpoint() }
+                }
+                throw error
+            case .retry(let retryAfter, let error):
+                if job.receivedBytes > 0 { retries = 0 }
+                retries += 1
+                try? await writer.perform { try writer.checkpoint() }
+                guard retries <= configuration.maxRetries else {
+                    logger.debug("giving up after retries", metadata: ["error": "\(error)"])
+                    throw error
+                }
+                let delay = backoff.delay(attempt: retries, retryAfter: retryAfter)
+                logger.debug("retrying", metadata: ["error": "\(error)", "delay": "\(delay)", "retry": "\(retries)"])
+                do {
+                    try await Task.sleep(nanoseconds: UInt64(delay * 1e9))
+                } catch {
+                    try await pause(writer, logger: logger)
+                }
+            }
+        }
+
+        let (length, digest) = try await writer.perform { try writer.finish() }
+        let fetched = try await writer.perform { writer.bytesWrittenThisRun }
+        let finalJournal = try await writer.perform { writer.journal }
+        var mismatch: String?
+        if let expected = request.expectedLength, expected != length {
+            mismatch = "received \(length) bytes, expected \(expected)"
+        } else if let total = finalJournal.totalLength, total != length {
+            mismatch = "received \(length) bytes, the server announced \(total)"
+        } else if let expected = request.expectedSHA256, expected != digest {
+            mismatch = "SHA-256 is \(digest), expected \(expected)"
+        }
+        if let mismatch {
+            try? FileManager.default.removeItem(at: request.partialFile)
+            try? store.remove(downloadId: request.id)
+            throw CourierError(
+                .integrity,
+                "\(request.url.absoluteString) failed verification: \(mismatch)",
+                cause: mismatch.hasPrefix("SHA") ? "checksum mismatch" : "length mismatch",
+                hint: "the download was discarded; running it again starts over"
+            )
+        }
+        try await Self.onQueue(queue) {
+            try Self.place(request)
+            try store.remove(downloadId: request.id)
+        }
+        logger.debug("download finished", metadata: ["length": "\(length)", "fetched": "\(fetched)"])
+        return DownloadResult(
+            id: request.id,
+            file: request.destination,
+            length: length,
+            sha256: digest,
+            bytesFetched: fetched,
+            resumedFrom: resumedFrom
+        )
+    }
+
+    /// Checkpoints and throws `.paused`.
+    private func pause(_ writer: PartialFileWriter, logger: Logger) async throws -> Never {
+        let offset = (try? await writer.perform { () -> Int64 in
+            try writer.checkpoint()
+            return writer.durableOffset
+        }) ?? 0
+        logger.debug("download paused", metadata: ["offset": "\(offset)"])
+        throw CourierError(
+            .paused,
+            "paused at byte \(offset)",
+            cause: "offset \(offset)",
+            hint: "run the same command again to resume"
+        )
+    }
+
+    /// Opens (creating) the partial file and loads the journal; a journal for another URL or
+    /// length is discarded (queue only).
+    private static func open(
+        _ request: DownloadRequest,
+        store: any ResumeJournalStore,
+        configuration: TransferConfiguration
+    ) throws -> (Int32, ResumeJournal) {
+        let folder = request.partialFile.deletingLastPathComponent()
+        do {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        } catch {
+            throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+        }
+        var journal = try store.load(downloadId: request.id) ?? ResumeJournal(downloadId: request.id, url: request.url)
+        let exists = FileManager.default.fileExists(atPath: request.partialFile.path)
+        if journal.url != request.url || !exists
+            || (request.expectedLength != nil && journal.totalLength != nil && journal.totalLength != request.expectedLength)
+        {
+            journal = ResumeJournal(downloadId: request.id, url: request.url)
+        }
+        let fd = Glibc.open(request.partialFile.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw CourierError.posix("open", path: request.partialFile.path) }
+        return (fd, journal)
+    }
+
+    /// Renames the verified partial file to its destination and makes the rename durable.
+    private static func place(_ request: DownloadRequest) throws {
+        guard rename(request.partialFile.path, request.destination.path) == 0 else {
+            throw CourierError.posix("rename to", path: request.destination.path)
+        }
+        let folder = Glibc.open(request.destination.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if folder >= 0 {
+            fsync(folder)
+            close(folder)
+        }
+    }
+
+    private static func onQueue<T: Sendable>(_ queue: DispatchQueue, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+}
+
+/// The engine's bounded worker pool: a fixed set of serial queues, handed out in turn.
+final class WorkerPool: @unchecked Sendable {  // @unchecked: `counter` is guarded by `lock`; `queues` is immutable.
+    private let queues: [DispatchQueue]
+    private let lock = NSLock()
+    private var counter = 0
+
+    init(count: Int) {
+        queues = (0..<max(1, count)).map { DispatchQueue(label: "courier.transfer.worker.\($0)", qos: .utility) }
+    }
+
+    func next() -> DispatchQueue {
+        lock.lock()
+        counter += 1
+        let index = counter
+        lock.unlock()
+        return queues[index % queues.count]
+    }
+}
