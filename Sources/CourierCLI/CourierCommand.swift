@@ -17,6 +17,8 @@ struct CourierCommand: AsyncParsableCommand {
             GetCommand.self,
             ServeCommand.self,
             PrestageCommand.self,
+            ReceiptCommand.self,
+            SandboxCommand.self,
         ]
     )
 }

@@ -76,7 +76,7 @@ public struct Catalog: Sendable, Codable, Equatable {
     }
 
     /// One hosted content package.
-    public struct Content: Sendable, Codable, Equatable {
+    public struct Content: Sendable, Codable, Hashable {
         /// Absolute, or relative to the catalog's URL.
         public var url: String
         /// Lowercase hex SHA-256 of the package file.
@@ -100,21 +100,44 @@ public struct Catalog: Sendable, Codable, Equatable {
     }
 
     /// Where delivered content lives: `cache` (purgeable) or `documents` (kept, not backed up).
-    public enum Placement: String, Sendable, Codable, Equatable, CaseIterable {
+    public enum Placement: String, Sendable, Codable, Hashable, CaseIterable {
         case cache, documents
     }
 }
 
 extension Catalog {
-    /// Decodes a catalog document. Dates are ISO 8601.
+    /// Decodes a catalog document. Dates are ISO 8601: a date-time (`2026-02-01T00:00:00Z`, with
+    /// or without fractional seconds) or a calendar date (`2026-02-01`, midnight UTC).
     public static func decode(_ data: Data) throws -> Catalog {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = parseDate(text) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container,
+                    debugDescription: "\(text) is not an ISO 8601 date-time or date"
+                )
+            }
+            return date
+        }
         do {
             return try decoder.decode(Catalog.self, from: data)
         } catch {
             throw CourierError(.usage, "the catalog is not valid", cause: "\(error)")
         }
+    }
+
+    /// An ISO 8601 date-time (fractional seconds optional) or calendar date (midnight UTC).
+    public static func parseDate(_ text: String) -> Date? {
+        let full = ISO8601DateFormatter()
+        if let date = full.date(from: text) { return date }
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = fractional.date(from: text) { return date }
+        let day = ISO8601DateFormatter()
+        day.formatOptions = [.withFullDate]
+        return day.date(from: text)
     }
 
     /// Encodes the catalog as pretty, key-sorted JSON with ISO 8601 dates.

@@ -1,0 +1,67 @@
+import Foundation
+
+/// A compact JWS (`header.payload.signature`, RFC 7515) taken apart, before any verification.
+///
+/// Only the shape is checked here: three base64url parts, a JSON object header and payload.
+/// Whether it may be trusted is `SignedTransactionVerifier`'s job.
+public struct CompactJWS: Sendable {
+    /// The largest token accepted, in bytes. An App Store transaction with its three
+    /// certificates is about 5 KB; anything this large is not one.
+    public static let maximumLength = 256 * 1024
+
+    /// The decoded header, a JSON object.
+    public let header: [String: any Sendable]
+    /// The decoded payload bytes (JSON).
+    public let payload: Data
+    /// The decoded signature bytes.
+    public let signature: Data
+    /// `base64url(header) "." base64url(payload)`: the bytes the signature covers.
+    public let signingInput: Data
+
+    /// Splits and decodes `token`, failing with the `format` check.
+    public init(_ token: String) throws {
+        let trimmed = token.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard trimmed.utf8.count <= Self.maximumLength else {
+            throw ReceiptCheck.format.failure(
+                "the token is \(trimmed.utf8.count) bytes; a signed transaction is at most \(Self.maximumLength)"
+            )
+        }
+        let parts = trimmed.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else {
+            throw ReceiptCheck.format.failure("a compact JWS has 3 dot-separated parts, this has \(parts.count)")
+        }
+        guard let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]) else {
+            throw ReceiptCheck.format.failure("the header or payload is not base64url")
+        }
+        guard let signatureBytes = Base64URL.decode(parts[2]) else {
+            throw ReceiptCheck.format.failure("the signature is not base64url")
+        }
+        guard let header = (try? JSONSerialization.jsonObject(with: headerBytes)) as? [String: Any] else {
+            throw ReceiptCheck.format.failure("the header is not a JSON object")
+        }
+        guard (try? JSONSerialization.jsonObject(with: payloadBytes)) is [String: Any] else {
+            throw ReceiptCheck.format.failure("the payload is not a JSON object")
+        }
+        self.header = header.compactMapValues { Self.sendable($0) }
+        self.payload = payloadBytes
+        self.signature = signatureBytes
+        self.signingInput = Data(parts[0].utf8) + Data(".".utf8) + Data(parts[1].utf8)
+    }
+
+    /// The header's `alg`.
+    public var algorithm: String? { header["alg"] as? String }
+
+    /// The header's `x5c`: base64 (not base64url) DER certificates, leaf first.
+    public var certificateChain: [String]? { header["x5c"] as? [String] }
+
+    private static func sendable(_ value: Any) -> (any Sendable)? {
+        switch value {
+        case let string as String: return string
+        case let array as [Any]:
+            let strings = array.compactMap { $0 as? String }
+            return strings.count == array.count ? strings : array.map { "\($0)" }.joined(separator: ",")
+        case let number as NSNumber: return number.doubleValue
+        default: return "\(value)"
+        }
+    }
+}

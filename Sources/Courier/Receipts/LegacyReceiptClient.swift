@@ -1,0 +1,271 @@
+import Foundation
+import Logging
+
+/// A client of the verifyReceipt protocol, for legacy (base64 PKCS#7) App Store receipts.
+///
+/// Sends `{"receipt-data", "password", "exclude-old-transactions"}` to the production URL first,
+/// always; on status 21007 sends the same request to the sandbox URL, and on 21008 back to
+/// production (at most two switches, so two misconfigured services cannot loop). Retries with
+/// exponential backoff on 21002, 21005, 21009, 211xx when the answer says `is-retryable`, on
+/// HTTP 5xx and when no answer arrives. Every other status is a precise error.
+/// `receipt.in_app` and `latest_receipt_info` become `VerifiedTransaction`s (`cancellation_date`
+/// becomes `revocationDate`); the receipt's bundle and environment are checked like a JWS's.
+/// The shared secret is sent but never logged.
+public struct LegacyReceiptClient: Sendable {
+    public let transport: any HTTPTransport
+    public let configuration: ReceiptConfiguration
+    public let logger: Logger
+    private let environment: [String: String]
+
+    public init(
+        transport: any HTTPTransport,
+        configuration: ReceiptConfiguration,
+        logger: Logger,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) {
+        self.transport = transport
+        self.configuration = configuration
+        self.logger = logger
+        self.environment = environment
+    }
+
+    /// Statuses of the verifyReceipt protocol.
+    public enum Status {
+        public static let valid = 0
+        public static let subscriptionExpired = 21006
+        public static let sandboxReceiptSentToProduction = 21007
+        public static let productionReceiptSentToSandbox = 21008
+        /// Retryable whatever the answer says.
+        public static let retryable: Set<Int> = [21002, 21005, 21009]
+    }
+
+    /// Verifies a base64 legacy receipt with the service and returns the transactions it holds,
+    /// deduplicated by transactionId (cancelled ones carry their `revocationDate`).
+    public func verify(receiptData: String) async throws -> [VerifiedTransaction] {
+        let settings = configuration.verifyReceipt
+        var body: [String: Any] = [
+            "receipt-data": receiptData,
+            "exclude-old-transactions": settings.excludeOldTransactions,
+        ]
+        if let secret = settings.resolvedSharedSecret(environment: environment) { body["password"] = secret }
+        let requestBody: Data
+        do {
+            requestBody = try JSONSerialization.data(withJSONObject: body, options: [.withoutEscapingSlashes])
+        } catch {
+            throw CourierError(.internal, "cannot encode the verifyReceipt request", cause: "\(error)")
+        }
+        var useSandbox = false
+        var switches = 0
+        var attempt = 0
+        while true {
+            let urlText = useSandbox ? settings.sandboxURL : settings.productionURL
+            let service = useSandbox ? "sandbox" : "production"
+            guard let url = URL(string: urlText), url.scheme != nil else {
+                throw CourierError(.usage, "the verifyReceipt \(service) URL \(urlText) is not a URL")
+            }
+            let outcome = await exchange(url: url, body: requestBody, service: service)
+            switch outcome {
+            case .answer(let status, let object):
+                switch status {
+                case Status.valid, Status.subscriptionExpired:
+                    return try transactions(from: object)
+                case Status.sandboxReceiptSentToProduction, Status.productionReceiptSentToSandbox:
+                    let toSandbox = status == Status.sandboxReceiptSentToProduction
+                    guard switches < 2, toSandbox != useSandbox else {
+                        throw CourierError(
+                            .network,
+                            "the verifyReceipt services keep sending the receipt back and forth (status \(status) from \(service))",
+                            cause: "status \(status)",
+                            hint: "check receipts.verifyReceipt.productionURL and sandboxURL"
+                        )
+                    }
+                    logger.debug("verifyReceipt: status \(status), switching environment", metadata: ["service": "\(service)"])
+                    switches += 1
+                    useSandbox = toSandbox
+                    continue
+                default:
+                    let retryable = Status.retryable.contains(status)
+                        || ((21100...21199).contains(status) && Self.isRetryable(object))
+                    if retryable && attempt < settings.retries {
+                        try await backoff(attempt: attempt, reason: "status \(status)")
+                        attempt += 1
+                        continue
+                    }
+                    throw Self.error(status: status, service: service, afterRetries: retryable)
+                }
+            case .transient(let error):
+                if attempt < settings.retries {
+                    try await backoff(attempt: attempt, reason: error.message)
+                    attempt += 1
+                    continue
+                }
+                throw error
+            case .fatal(let error):
+                throw error
+            }
+        }
+    }
+
+    private enum Outcome {
+        case answer(status: Int, object: [String: Any])
+        case transient(CourierError)
+        case fatal(CourierError)
+    }
+
+    private func exchange(url: URL, body: Data, service: String) async -> Outcome {
+        let request = HTTPRequest(
+            method: "POST",
+            url: url,
+            headers: [("Content-Type", "application/json"), ("Accept", "application/json")],
+            body: body,
+            timeout: configuration.verifyReceipt.timeout,
+            maxResponseBytes: 16 << 20
+        )
+        logger.debug("verifyReceipt: POST", metadata: ["url": "\(url.absoluteString)"])
+        let response: HTTPResponse
+        do {
+            response = try await transport.send(request)
+        } catch let error as CourierError {
+            return error.code == .network ? .transient(error) : .fatal(error)
+        } catch {
+            return .transient(CourierError(.network, "the verifyReceipt \(service) service did not answer", cause: "\(error)"))
+        }
+        guard response.status == 200 else {
+            let error = CourierError(
+                .network,
+                "the verifyReceipt \(service) service answered HTTP \(response.status)",
+                cause: "HTTP \(response.status)"
+            )
+            return response.status >= 500 || response.status == 429 ? .transient(error) : .fatal(error)
+        }
+        guard let object = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any],
+            let status = (object["status"] as? NSNumber)?.intValue
+        else {
+            return .fatal(
+                CourierError(
+                    .network,
+                    "the verifyReceipt \(service) service answered something that is not a verifyReceipt response",
+                    cause: "malformed JSON (\(response.body.count) bytes)"
+                )
+            )
+        }
+        logger.debug("verifyReceipt: answer", metadata: ["status": "\(status)", "service": "\(service)"])
+        return .answer(status: status, object: object)
+    }
+
+    private func backoff(attempt: Int, reason: String) async throws {
+        let base = configuration.verifyReceipt.retryDelay * pow(2, Double(attempt))
+        let delay = min(base, 30) * Double.random(in: 0.5...1.0)
+        logger.debug("verifyReceipt: retrying", metadata: ["reason": "\(reason)", "delay": "\(delay)"])
+        try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))
+    }
+
+    static func isRetryable(_ object: [String: Any]) -> Bool {
+        for key in ["is-retryable", "is_retryable"] {
+            if let value = object[key] as? Bool { return value }
+            if let value = object[key] as? NSNumber { return value.intValue != 0 }
+            if let value = object[key] as? String { return value == "true" || value == "1" }
+        }
+        return false
+    }
+
+    /// The precise error for a status the protocol does not let us get past.
+    static func error(status: Int, service: String, afterRetries: Bool) -> CourierError {
+        let cause = "status \(status)"
+        switch status {
+        case 21000:
+            return CourierError(.internal, "the verifyReceipt \(service) service says the request was malformed", cause: cause)
+        case 21002:
+            return ReceiptCheck.status.failure("the receipt data is malformed (status 21002, still after retries)")
+        case 21003:
+            return ReceiptCheck.status.failure("the verifyReceipt service could not authenticate the receipt (status 21003)")
+        case 21004:
+            return CourierError(
+                .usage,
+                "the shared secret does not match the account's (status 21004)",
+                cause: cause,
+                hint: "set receipts.verifyReceipt.sharedSecret or COURIER_SHARED_SECRET"
+            )
+        case 21005, 21009:
+            return CourierError(.network, "the verifyReceipt \(service) service is unavailable (status \(status), still after retries)", cause: cause)
+        case 21010:
+            return ReceiptCheck.status.failure("the receipt could not be authorized; treat it as if no purchase was made (status 21010)")
+        case 21100...21199:
+            return CourierError(
+                .network,
+                "the verifyReceipt \(service) service had an internal data access error (status \(status)\(afterRetries ? ", still after retries" : ""))",
+                cause: cause
+            )
+        default:
+            return ReceiptCheck.status.failure("the verifyReceipt service refused the receipt with unknown status \(status)")
+        }
+    }
+
+    /// The transactions of a status-0 answer, after the bundle and environment checks.
+    func transactions(from object: [String: Any]) throws -> [VerifiedTransaction] {
+        guard let receipt = object["receipt"] as? [String: Any] else {
+            throw CourierError(.network, "the verifyReceipt answer has no receipt", cause: "malformed response")
+        }
+        let bundle = (receipt["bundle_id"] as? String) ?? (receipt["bid"] as? String) ?? ""
+        guard bundle == configuration.bundleId else {
+            throw ReceiptCheck.bundle.failure(
+                "the receipt is for bundle \(bundle.isEmpty ? "(none)" : bundle), not \(configuration.bundleId)",
+                hint: "pass --bundle-id or set receipts.bundleId"
+            )
+        }
+        let environment = (object["environment"] as? String) ?? "Production"
+        guard configuration.environments.contains(environment) else {
+            throw ReceiptCheck.environment.failure(
+                "the receipt's environment \(environment) is not one of \(configuration.environments.sorted().joined(separator: ", "))",
+                hint: "pass --environment \(environment) to accept it"
+            )
+        }
+        let signedDate = Self.date(receipt["request_date_ms"]) ?? Self.date(receipt["receipt_creation_date_ms"]) ?? Date()
+        var entries = (receipt["in_app"] as? [[String: Any]]) ?? []
+        entries += (object["latest_receipt_info"] as? [[String: Any]]) ?? []
+        var seen = Set<String>()
+        var result: [VerifiedTransaction] = []
+        for entry in entries {
+            guard let transactionId = Self.string(entry["transaction_id"]),
+                let productId = Self.string(entry["product_id"]),
+                let purchaseDate = Self.date(entry["purchase_date_ms"])
+            else {
+                throw CourierError(.network, "the verifyReceipt answer has an in-app entry without ids or dates", cause: "malformed response")
+            }
+            guard seen.insert(transactionId).inserted else { continue }
+            let expires = Self.date(entry["expires_date_ms"])
+            let isSubscription = expires != nil || entry["web_order_line_item_id"] != nil
+            result.append(
+                VerifiedTransaction(
+                    transactionId: transactionId,
+                    originalTransactionId: Self.string(entry["original_transaction_id"]) ?? transactionId,
+                    productId: productId,
+                    bundleId: bundle,
+                    type: isSubscription ? .autoRenewable : .nonConsumable,
+                    purchaseDate: purchaseDate,
+                    expiresDate: expires,
+                    revocationDate: Self.date(entry["cancellation_date_ms"]),
+                    environment: environment,
+                    signedDate: signedDate
+                )
+            )
+        }
+        return result
+    }
+
+    static func string(_ value: Any?) -> String? {
+        switch value {
+        case let text as String where !text.isEmpty: return text
+        case let number as NSNumber: return String(number.int64Value)
+        default: return nil
+        }
+    }
+
+    static func date(_ value: Any?) -> Date? {
+        switch value {
+        case let text as String: return Double(text).map { Date(timeIntervalSince1970: $0 / 1000) }
+        case let number as NSNumber: return Date(timeIntervalSince1970: number.doubleValue / 1000)
+        default: return nil
+        }
+    }
+}

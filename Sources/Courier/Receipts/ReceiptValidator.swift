@@ -1,0 +1,135 @@
+import Foundation
+import Logging
+import X509
+
+/// The façade every command uses to prove purchases: JWS signed transactions are verified
+/// locally, legacy receipts go to the verifyReceipt service.
+public struct ReceiptValidator: Sendable {
+    /// The largest receipt file accepted. A legacy receipt with years of renewals is well
+    /// under a megabyte; anything larger is refused without reading it all.
+    public static let maximumReceiptBytes = 4 << 20
+
+    public let configuration: ReceiptConfiguration
+    public let verifier: SignedTransactionVerifier
+    public let legacyClient: LegacyReceiptClient
+    public let logger: Logger
+
+    /// Loads the configured trusted roots (paths resolved against `baseDirectory`, the
+    /// configuration file's folder). A root that cannot be read is a `usage` error.
+    public init(configuration: ReceiptConfiguration, baseDirectory: URL, transport: any HTTPTransport, logger: Logger) throws {
+        let files = configuration.trustRoots.map { path -> URL in
+            path.hasPrefix("/")
+                ? URL(fileURLWithPath: path) : baseDirectory.appendingPathComponent(path).standardizedFileURL
+        }
+        let roots = try TrustRoots.load(files)
+        self.configuration = configuration
+        self.verifier = SignedTransactionVerifier(
+            trustedRoots: roots,
+            bundleId: configuration.bundleId,
+            environments: configuration.environments,
+            clockSkew: configuration.clockSkew
+        )
+        self.legacyClient = LegacyReceiptClient(transport: transport, configuration: configuration, logger: logger)
+        self.logger = logger
+    }
+
+    /// A receipt file's contents: one or more JWS signed transactions (one per line, or a JSON
+    /// array of them, or an App Store Server API answer with `signedTransactions` /
+    /// `signedTransactionInfo`), or a legacy receipt (base64) that goes to the verifyReceipt
+    /// service. Every JWS must pass every check; the transactions come back deduplicated by
+    /// transactionId, in input order. Revoked (refunded, cancelled) transactions come back with
+    /// their `revocationDate` and entitle to nothing, unless every transaction is revoked: then
+    /// the receipt proves nothing and fails the `revoked` check.
+    public func validate(_ contents: Data, now: Date = Date()) async throws -> [VerifiedTransaction] {
+        let transactions = try await validateAllowingRevocation(contents, now: now)
+        if let first = transactions.first, let revoked = first.revocationDate,
+            transactions.allSatisfy({ $0.revocationDate != nil })
+        {
+            throw SignedTransactionVerifier.revokedFailure(first, at: revoked)
+        }
+        return transactions
+    }
+
+    private func validateAllowingRevocation(_ contents: Data, now: Date) async throws -> [VerifiedTransaction] {
+        guard contents.count <= Self.maximumReceiptBytes else {
+            throw ReceiptCheck.format.failure(
+                "the receipt is \(contents.count) bytes; at most \(Self.maximumReceiptBytes) are accepted"
+            )
+        }
+        guard let text = String(data: contents, encoding: .utf8) else {
+            throw ReceiptCheck.format.failure("the receipt is not text (a JWS or base64 legacy receipt)")
+        }
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !trimmed.isEmpty else { throw ReceiptCheck.format.failure("the receipt is empty") }
+        let tokens: [String]
+        if trimmed.hasPrefix("{") || trimmed.hasPrefix("[") {
+            tokens = try Self.tokens(json: Data(trimmed.utf8))
+        } else {
+            let lines = trimmed.split(whereSeparator: \.isNewline)
+                .map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { !$0.isEmpty }
+            if lines.allSatisfy({ $0.contains(".") }) {
+                tokens = lines
+            } else if lines.contains(where: { $0.contains(".") }) {
+                throw ReceiptCheck.format.failure("the receipt mixes signed transactions and other lines")
+            } else {
+                let receiptData = lines.joined()
+                guard Data(base64Encoded: receiptData) != nil else {
+                    throw ReceiptCheck.format.failure("the receipt is neither a JWS signed transaction nor a base64 legacy receipt")
+                }
+                logger.debug("receipt: legacy receipt, asking the verifyReceipt service")
+                return try await legacyClient.verify(receiptData: receiptData)
+            }
+        }
+        var seen = Set<String>()
+        var result: [VerifiedTransaction] = []
+        for (index, token) in tokens.enumerated() {
+            do {
+                let transaction = try await verifier.verifyAllowingRevocation(token, now: now)
+                logger.debug("receipt: verified", metadata: ["transaction-id": "\(transaction.transactionId)"])
+                if seen.insert(transaction.transactionId).inserted { result.append(transaction) }
+            } catch var error as CourierError {
+                if tokens.count > 1 { error.message += " (transaction \(index + 1) of \(tokens.count))" }
+                throw error
+            }
+        }
+        return result
+    }
+
+    /// Reads a receipt file (refusing one larger than `maximumReceiptBytes` without reading it
+    /// all) and validates it.
+    public func validate(fileAt url: URL, now: Date = Date()) async throws -> [VerifiedTransaction] {
+        try await validate(try Self.readReceipt(url), now: now)
+    }
+
+    /// The first `maximumReceiptBytes + 1` bytes of `url`, so an oversized file is detected with
+    /// bounded memory.
+    public static func readReceipt(_ url: URL) throws -> Data {
+        let handle: FileHandle
+        do {
+            handle = try FileHandle(forReadingFrom: url)
+        } catch {
+            throw CourierError(.usage, "cannot read the receipt \(url.path)", cause: "\(error)")
+        }
+        defer { try? handle.close() }
+        do {
+            return try handle.read(upToCount: maximumReceiptBytes + 1) ?? Data()
+        } catch {
+            throw CourierError(.io, "cannot read the receipt \(url.path)", cause: "\(error)")
+        }
+    }
+
+    static func tokens(json: Data) throws -> [String] {
+        let object = try? JSONSerialization.jsonObject(with: json)
+        if let array = object as? [String] { return array }
+        if let dictionary = object as? [String: Any] {
+            var tokens: [String] = []
+            if let single = dictionary["signedTransactionInfo"] as? String { tokens.append(single) }
+            if let list = dictionary["signedTransactions"] as? [String] { tokens += list }
+            if !tokens.isEmpty { return tokens }
+        }
+        throw ReceiptCheck.format.failure(
+            "a JSON receipt must be an array of signed transactions or hold signedTransactions / signedTransactionInfo"
+        )
+    }
+}

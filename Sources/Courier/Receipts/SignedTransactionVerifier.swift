@@ -1,0 +1,185 @@
+import Crypto
+import Foundation
+import SwiftASN1
+@_spi(FixedExpiryValidationTime) import X509
+
+/// Verifies App Store JWS signed transactions locally, as the App Store Server Library's
+/// `SignedDataVerifier` does.
+///
+/// In order, each failure naming its `ReceiptCheck`:
+/// 1. `format`: a compact JWS, `alg` ES256, an `x5c` array, a payload with the App Store fields.
+/// 2. `chain`: `x5c` holds exactly three certificates (leaf, intermediate, root).
+/// 3. `certificate`: each is DER X.509, the leaf has a P-256 key, and leaf and intermediate are
+///    valid at the transaction's `signedDate` (receipts outlive their leaf certificates).
+/// 4. `OID`: the leaf carries 1.2.840.113635.100.6.11.1, the intermediate 1.2.840.113635.100.6.2.1.
+/// 5. `chain`: leaf → intermediate → one of `trustedRoots` verifies with swift-certificates
+///    (RFC 5280 at `signedDate`), and the token's third certificate is that trusted root. A root
+///    inside the token is never trusted by itself.
+/// 6. `signature`: the ES256 signature (raw r‖s) verifies with the leaf's key.
+/// 7. `bundle`, `environment`, `future-dated` (`signedDate` beyond `now + clockSkew`), and in
+///    `verify`, `revoked` (`verifyAllowingRevocation` returns it with its `revocationDate`).
+public struct SignedTransactionVerifier: Sendable {
+    public let trustedRoots: [Certificate]
+    public let bundleId: String
+    public let environments: Set<String>
+    public let clockSkew: TimeInterval
+
+    public init(trustedRoots: [Certificate], bundleId: String, environments: Set<String>, clockSkew: TimeInterval) {
+        self.trustedRoots = trustedRoots
+        self.bundleId = bundleId
+        self.environments = environments
+        self.clockSkew = clockSkew
+    }
+
+    /// Verifies one compact JWS signed transaction and returns what it proves.
+    /// Throws `CourierError(.receiptInvalid)` naming the failing `ReceiptCheck`.
+    public func verify(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
+        let transaction = try await verifyAllowingRevocation(compactJWS, now: now)
+        if let revoked = transaction.revocationDate {
+            throw Self.revokedFailure(transaction, at: revoked)
+        }
+        return transaction
+    }
+
+    /// Every check but `revoked`: a revoked transaction comes back with its `revocationDate`
+    /// (it entitles to nothing). For a list of transactions where one refund must not hide the rest.
+    public func verifyAllowingRevocation(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
+        let payload = try await verifiedPayload(compactJWS)
+        try checkClaims(payload, now: now)
+        return payload.verifiedTransaction
+    }
+
+    /// The `revoked` rejection of `transaction`.
+    public static func revokedFailure(_ transaction: VerifiedTransaction, at date: Date) -> CourierError {
+        ReceiptCheck.revoked.failure(
+            "transaction \(transaction.transactionId) (\(transaction.productId)) was revoked \(iso(date))"
+        )
+    }
+
+    /// Checks signature and chain, then returns the payload without the claim checks
+    /// (bundle, environment, dates, revocation).
+    func verifiedPayload(_ compactJWS: String) async throws -> SignedTransactionPayload {
+        let jws = try CompactJWS(compactJWS)
+        guard let algorithm = jws.algorithm else {
+            throw ReceiptCheck.format.failure("the header has no alg")
+        }
+        guard algorithm == "ES256" else {
+            throw ReceiptCheck.format.failure("the header's alg is \(algorithm); only ES256 is accepted")
+        }
+        guard let encodedChain = jws.certificateChain else {
+            throw ReceiptCheck.format.failure("the header has no x5c certificate chain")
+        }
+        let payload = try SignedTransactionPayload(json: jws.payload)
+        guard encodedChain.count == 3 else {
+            throw ReceiptCheck.chain.failure(
+                "x5c holds \(encodedChain.count) certificates; the App Store's format has exactly 3 (leaf, intermediate, root)"
+            )
+        }
+        let certificates = try encodedChain.enumerated().map { index, text -> Certificate in
+            let role = Self.roles[index]
+            guard let der = Data(base64Encoded: text) else {
+                throw ReceiptCheck.certificate.failure("the \(role) certificate in x5c is not base64")
+            }
+            do {
+                return try Certificate(derEncoded: Array(der))
+            } catch {
+                throw ReceiptCheck.certificate.failure("the \(role) certificate in x5c is not DER X.509 (\(error))")
+            }
+        }
+        let leaf = certificates[0]
+        let intermediate = certificates[1]
+        guard let leafKey = P256.Signing.PublicKey(leaf.publicKey) else {
+            throw ReceiptCheck.certificate.failure("the leaf certificate's key is not P-256")
+        }
+        for (certificate, role) in [(leaf, "leaf"), (intermediate, "intermediate")] {
+            if payload.signedDate > certificate.notValidAfter {
+                throw ReceiptCheck.certificate.failure(
+                    "the \(role) certificate expired \(Self.iso(certificate.notValidAfter)), before signedDate \(Self.iso(payload.signedDate))"
+                )
+            }
+            if payload.signedDate < certificate.notValidBefore {
+                throw ReceiptCheck.certificate.failure(
+                    "the \(role) certificate is valid only from \(Self.iso(certificate.notValidBefore)), after signedDate \(Self.iso(payload.signedDate))"
+                )
+            }
+        }
+        guard leaf.extensions.contains(where: { $0.oid == AppStoreOIDs.receiptSigner }) else {
+            throw ReceiptCheck.oid.failure("the leaf certificate lacks the receipt-signing extension \(AppStoreOIDs.receiptSigner)")
+        }
+        guard intermediate.extensions.contains(where: { $0.oid == AppStoreOIDs.wwdrIntermediate }) else {
+            throw ReceiptCheck.oid.failure("the intermediate certificate lacks the WWDR extension \(AppStoreOIDs.wwdrIntermediate)")
+        }
+        guard !trustedRoots.isEmpty else {
+            throw ReceiptCheck.chain.failure(
+                "no trusted root is configured",
+                hint: "pass --trust-root FILE (Apple Root CA - G3, or the sandbox root) or set receipts.trustRoots"
+            )
+        }
+        var verifier = Verifier(rootCertificates: CertificateStore(trustedRoots)) {
+            RFC5280Policy(fixedExpiryValidationTime: payload.signedDate)
+            AppStoreChainPolicy()
+        }
+        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
+        switch result {
+        case .validCertificate(let chain):
+            guard let root = chain.last, chain.count == 3, root == certificates[2] else {
+                throw ReceiptCheck.chain.failure("the token's root certificate is not the trusted root its chain leads to")
+            }
+        case .couldNotValidate(let failures):
+            let reasons = failures.map { "\($0.policyFailureReason)" }
+            let detail = reasons.isEmpty ? "the chain does not lead to a trusted root" : reasons.joined(separator: "; ")
+            throw ReceiptCheck.chain.failure(detail, hint: "check that the token's root is among the trusted roots")
+        }
+        let signature: P256.Signing.ECDSASignature
+        do {
+            signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
+        } catch {
+            throw ReceiptCheck.signature.failure("the signature is not a 64-byte ES256 r‖s value")
+        }
+        guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
+            throw ReceiptCheck.signature.failure("the ES256 signature does not verify with the leaf certificate's key")
+        }
+        return payload
+    }
+
+    /// The checks on what a verified token claims: bundle, environment, signedDate.
+    func checkClaims(_ payload: SignedTransactionPayload, now: Date) throws {
+        guard payload.bundleId == bundleId else {
+            throw ReceiptCheck.bundle.failure(
+                "the transaction is for bundle \(payload.bundleId), not \(bundleId)",
+                hint: "pass --bundle-id or set receipts.bundleId"
+            )
+        }
+        guard environments.contains(payload.environment) else {
+            throw ReceiptCheck.environment.failure(
+                "the transaction's environment \(payload.environment) is not one of \(environments.sorted().joined(separator: ", "))",
+                hint: "pass --environment \(payload.environment) to accept it"
+            )
+        }
+        guard payload.signedDate <= now.addingTimeInterval(clockSkew) else {
+            throw ReceiptCheck.futureDated.failure(
+                "the transaction is signed \(Self.iso(payload.signedDate)), later than now (\(Self.iso(now))) plus \(Int(clockSkew)) s of clock skew"
+            )
+        }
+    }
+
+    static let roles = ["leaf", "intermediate", "root"]
+
+    static func iso(_ date: Date) -> String {
+        ISO8601DateFormatter().string(from: date)
+    }
+}
+
+/// Requires the App Store's chain shape: exactly leaf, intermediate, root. The marker OIDs are
+/// checked before chain building (so their failure is named `OID`), which is why this policy
+/// may declare them handled when a signer marks them critical.
+struct AppStoreChainPolicy: VerifierPolicy {
+    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [AppStoreOIDs.receiptSigner, AppStoreOIDs.wwdrIntermediate]
+
+    func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) async -> PolicyEvaluationResult {
+        guard chain.count == 3 else {
+            return .failsToMeetPolicy(reason: "the chain has \(chain.count) certificates, not leaf, intermediate and root")
+        }
+        return .meetsPolicy
+    }
+}

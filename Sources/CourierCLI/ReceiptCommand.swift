@@ -1,0 +1,206 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// `courier receipt`: verify receipts and show what they unlock.
+struct ReceiptCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "receipt",
+        abstract: "Verify receipts and list the content they unlock.",
+        subcommands: [ReceiptVerifyCommand.self, ReceiptEntitlementsCommand.self]
+    )
+}
+
+/// `courier receipt verify FILE`: exit 0 and the transactions it proves, or exit 3 and the check
+/// that failed.
+struct ReceiptVerifyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Verify a receipt: JWS signed transactions (one per line) or a legacy receipt.",
+        discussion: """
+            Prints the transactions the receipt proves. A refused receipt exits 3 and names the \
+            failing check: format, certificate, chain, OID, signature, bundle, environment, \
+            revoked, future-dated, or status (the verifyReceipt service's).
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var receipt: ReceiptOptions
+
+    @Argument(help: ArgumentHelp("The receipt file ('-' for standard input).", valueName: "file"))
+    var file: String
+
+    func run() async throws {
+        try await global.run { output in
+            let configuration = try global.loadConfiguration()
+            let validator = try receipt.validator(configuration, transport: try makeReceiptTransport(configuration))
+            let transactions = try await ReceiptCLI.reportingCheck(output) {
+                try await validator.validate(try ReceiptCLI.read(file))
+            }
+            if output.json {
+                output.emit(["event": "verified", "transactions": transactions.map(ReceiptCLI.json)])
+            } else {
+                output.line("verified \(transactions.count) transaction\(transactions.count == 1 ? "" : "s")")
+                for transaction in transactions { output.line(ReceiptCLI.text(transaction)) }
+            }
+        }
+    }
+}
+
+/// `courier receipt entitlements FILE... --catalog C`: the content the receipts unlock.
+struct ReceiptEntitlementsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "entitlements",
+        abstract: "List the content that verified receipts unlock in a catalog.",
+        discussion: "Exits 3 when a receipt is refused or when it unlocks nothing in the catalog."
+    )
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var receipt: ReceiptOptions
+
+    @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
+    var catalog: String?
+
+    @Argument(help: ArgumentHelp("Receipt files.", valueName: "file"))
+    var files: [String]
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("name at least one receipt file") }
+    }
+
+    func run() async throws {
+        try await global.run { output in
+            let configuration = try global.loadConfiguration()
+            let transport = try makeReceiptTransport(configuration)
+            let validator = try receipt.validator(configuration, transport: transport)
+            guard let location = catalog ?? configuration.catalog.map({ configuration.resolvePath($0).path }) else {
+                throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
+            }
+            let loaded = try await ReceiptCLI.loadCatalog(location, transport: transport)
+            var transactions: [VerifiedTransaction] = []
+            for file in files {
+                transactions += try await ReceiptCLI.reportingCheck(output) {
+                    try await validator.validate(try ReceiptCLI.read(file))
+                }
+            }
+            let now = Date()
+            let entitled = Entitlements.content(for: transactions, catalog: loaded.catalog, now: now)
+            if output.json {
+                output.emit([
+                    "event": "entitlements",
+                    "content": entitled.map { ReceiptCLI.json($0, catalogURL: loaded.url) },
+                ])
+            } else {
+                for entry in entitled {
+                    let url = Catalog.resolve(entry.content.url, relativeTo: loaded.url)?.absoluteString ?? entry.content.url
+                    output.line(
+                        "\(entry.contentIdentifier)  version \(entry.content.version)  \(entry.content.placement.rawValue)  \(entry.content.length) bytes  \(url)  (transaction \(entry.transactionId))"
+                    )
+                }
+            }
+            if entitled.isEmpty {
+                throw CourierError(
+                    .notEntitled,
+                    "the receipts prove \(transactions.count) transaction\(transactions.count == 1 ? "" : "s") but unlock no content in the catalog",
+                    hint: "check the product identifiers against the catalog"
+                )
+            }
+        }
+    }
+}
+
+/// Helpers shared by the receipt and sandbox commands.
+enum ReceiptCLI {
+    /// A receipt file's contents, bounded (`-` reads standard input).
+    static func read(_ path: String) throws -> Data {
+        if path == "-" {
+            return FileHandle.standardInput.readData(ofLength: ReceiptValidator.maximumReceiptBytes + 1)
+        }
+        return try ReceiptValidator.readReceipt(URL(fileURLWithPath: path))
+    }
+
+    /// Runs `body`; a receipt rejection with `--json` is reported with its `check` field.
+    static func reportingCheck<T>(_ output: Output, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as CourierError {
+            guard output.json, let check = ReceiptCheck(failing: error) else { throw error }
+            var object: [String: Any] = [
+                "event": "error", "code": error.code.rawValue, "check": check.rawValue,
+                "message": error.message, "exitCode": Int(error.exitCode),
+            ]
+            if let cause = error.cause { object["cause"] = cause }
+            if let hint = error.hint { object["hint"] = hint }
+            output.emit(object)
+            throw ExitCode(error.exitCode)
+        }
+    }
+
+    static func iso(_ date: Date?) -> String? {
+        date.map { ISO8601DateFormatter().string(from: $0) }
+    }
+
+    static func json(_ transaction: VerifiedTransaction) -> [String: Any] {
+        var object: [String: Any] = [
+            "productId": transaction.productId,
+            "transactionId": transaction.transactionId,
+            "originalTransactionId": transaction.originalTransactionId,
+            "bundleId": transaction.bundleId,
+            "type": SignedTransactionPayload.appStoreName(of: transaction.type),
+            "environment": transaction.environment,
+        ]
+        object["purchaseDate"] = iso(transaction.purchaseDate)
+        object["signedDate"] = iso(transaction.signedDate)
+        object["expiresDate"] = iso(transaction.expiresDate) ?? NSNull()
+        if let revoked = iso(transaction.revocationDate) { object["revocationDate"] = revoked }
+        return object
+    }
+
+    static func text(_ transaction: VerifiedTransaction) -> String {
+        var parts = [
+            transaction.productId,
+            "transaction \(transaction.transactionId)",
+            "original \(transaction.originalTransactionId)",
+            SignedTransactionPayload.appStoreName(of: transaction.type),
+            "purchased \(iso(transaction.purchaseDate) ?? "")",
+        ]
+        if let expires = iso(transaction.expiresDate) { parts.append("expires \(expires)") }
+        if let revoked = iso(transaction.revocationDate) { parts.append("REVOKED \(revoked)") }
+        parts.append(transaction.environment)
+        return parts.joined(separator: "  ")
+    }
+
+    static func json(_ entry: EntitledContent, catalogURL: URL?) -> [String: Any] {
+        var object: [String: Any] = [
+            "contentIdentifier": entry.contentIdentifier,
+            "productId": entry.productId,
+            "transactionId": entry.transactionId,
+            "url": Catalog.resolve(entry.content.url, relativeTo: catalogURL)?.absoluteString ?? entry.content.url,
+            "sha256": entry.content.sha256,
+            "length": entry.content.length,
+            "version": entry.content.version,
+            "placement": entry.content.placement.rawValue,
+        ]
+        if let itemId = entry.itemId { object["itemId"] = itemId }
+        return object
+    }
+
+    /// A catalog from a file or an http(s) URL, and its location for resolving relative URLs.
+    static func loadCatalog(_ location: String, transport: any HTTPTransport) async throws -> (catalog: Catalog, url: URL?) {
+        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" {
+            let response = try await transport.send(HTTPRequest(url: url))
+            guard response.status == 200 else {
+                throw CourierError(.network, "the catalog \(location) answered HTTP \(response.status)", cause: "HTTP \(response.status)")
+            }
+            return (try Catalog.decode(response.body), url)
+        }
+        let file = URL(fileURLWithPath: location)
+        let data: Data
+        do {
+            data = try Data(contentsOf: file)
+        } catch {
+            throw CourierError(.usage, "cannot read the catalog \(file.path)", cause: "\(error)")
+        }
+        return (try Catalog.decode(data), file)
+    }
+}

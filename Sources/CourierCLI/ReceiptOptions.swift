@@ -1,0 +1,56 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// The receipt options of every command that validates receipts (`receipt verify`, `deliver`,
+/// `enqueue`, `agent`, `serve`). They override `Config/courier.json`'s `receipts` section.
+struct ReceiptOptions: ParsableArguments {
+    @Option(
+        name: .customLong("trust-root"),
+        help: ArgumentHelp("A trusted root certificate, DER or PEM (repeatable); replaces receipts.trustRoots.", valueName: "path")
+    )
+    var trustRoots: [String] = []
+
+    @Option(name: .customLong("bundle-id"), help: ArgumentHelp("The app's bundle identifier.", valueName: "id"))
+    var bundleId: String?
+
+    @Option(
+        name: .customLong("environment"),
+        help: ArgumentHelp("An accepted App Store environment, Production or Sandbox (repeatable).", valueName: "name")
+    )
+    var environments: [String] = []
+
+    func validate() throws {
+        for environment in environments where !["Production", "Sandbox", "Xcode", "LocalTesting"].contains(environment) {
+            throw ValidationError("--environment must be Production or Sandbox, not \(environment)")
+        }
+    }
+
+    /// Applies these options over `configuration.receipts`. `--trust-root` paths are taken
+    /// relative to the current directory and replace the configured roots.
+    func apply(to configuration: inout CourierConfiguration) {
+        if !trustRoots.isEmpty {
+            let here = URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
+            configuration.receipts.trustRoots = trustRoots.map {
+                $0.hasPrefix("/") ? $0 : here.appendingPathComponent($0).standardizedFileURL.path
+            }
+        }
+        if let bundleId { configuration.receipts.bundleId = bundleId }
+        if !environments.isEmpty { configuration.receipts.environments = Set(environments) }
+    }
+
+    /// The configuration with these options applied, and a validator for it.
+    func validator(
+        _ configuration: CourierConfiguration,
+        transport: any HTTPTransport
+    ) throws -> ReceiptValidator {
+        var configuration = configuration
+        apply(to: &configuration)
+        return try ReceiptValidator(
+            configuration: configuration.receipts,
+            baseDirectory: configuration.baseDirectory,
+            transport: transport,
+            logger: ReceiptLogging.logger
+        )
+    }
+}
