@@ -19,6 +19,8 @@ struct CourierCommand: AsyncParsableCommand {
             PrestageCommand.self,
             ReceiptCommand.self,
             SandboxCommand.self,
+            PackageCommand.self,
+            ContentCommand.self,
         ]
     )
 }

@@ -4,11 +4,38 @@ import Foundation
 ///
 /// Every property has a documented default; a key missing from `Config/courier.json` keeps it.
 public struct PlacementConfiguration: Sendable, Codable, Equatable {
+    /// Whether cache-placed content may be purged, least recently used first, to make room for a
+    /// delivery. Documents are never purged. Default true.
+    public var purgeCaches: Bool = true
+    /// Bytes kept free on the storage filesystem beyond what a delivery needs. Default 64 MiB.
+    public var diskReserve: Int64 = 64 << 20
+    /// When neither the package nor the catalog says how large content unpacks, the space check
+    /// assumes this multiple of the package's length. Default 2.
+    public var unpackedSizeFactor: Double = 2
+    /// Whether the staged content is flushed to disk (`syncfs`) before it is renamed into place,
+    /// so a power loss cannot leave an empty file in delivered content. Default true.
+    public var syncBeforeRename: Bool = true
+
     public init() {}
+
+    enum CodingKeys: String, CodingKey {
+        case purgeCaches, diskReserve, unpackedSizeFactor, syncBeforeRename
+    }
 
     public init(from decoder: any Decoder) throws {
         self.init()
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        purgeCaches = try c.decode(.purgeCaches, or: purgeCaches)
+        diskReserve = try c.decode(.diskReserve, or: diskReserve)
+        unpackedSizeFactor = try c.decode(.unpackedSizeFactor, or: unpackedSizeFactor)
+        syncBeforeRename = try c.decode(.syncBeforeRename, or: syncBeforeRename)
     }
 
-    public func encode(to encoder: any Encoder) throws {}
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(purgeCaches, forKey: .purgeCaches)
+        try c.encode(diskReserve, forKey: .diskReserve)
+        try c.encode(unpackedSizeFactor, forKey: .unpackedSizeFactor)
+        try c.encode(syncBeforeRename, forKey: .syncBeforeRename)
+    }
 }

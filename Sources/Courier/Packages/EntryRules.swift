@@ -1,0 +1,81 @@
+import Foundation
+
+/// The rules every package entry obeys, whoever made the package. Breaking one is
+/// `CourierError(.hostilePackage)`.
+///
+/// Names are relative, `/`-separated UTF-8 paths without `..`, backslashes or NUL; only regular
+/// files, folders and symbolic links that stay inside the package are allowed; no setuid or
+/// setgid bits. Symbolic-link targets are checked by `symlinkTargetStaysInside`.
+enum EntryRules {
+    static let fileType: UInt32 = 0o170000
+    static let regularFile: UInt32 = 0o100000
+    static let directory: UInt32 = 0o040000
+    static let symbolicLink: UInt32 = 0o120000
+
+    /// The path components of an entry name: `.` and empty components dropped. An empty result
+    /// names the package root itself.
+    static func components(of name: String, maxDepth: Int) throws -> [String] {
+        if name.isEmpty { throw hostile("an entry has an empty name") }
+        if name.hasPrefix("/") { throw hostile("the entry \(name.debugDescription) has an absolute path") }
+        if name.contains("\\") {
+            throw hostile("the entry \(name.debugDescription) uses a backslash as a path separator")
+        }
+        if name.utf8.contains(0) { throw hostile("the entry \(name.debugDescription) contains a NUL byte") }
+        if name.utf8.count > 4000 { throw hostile("the entry name \(name.prefix(64).debugDescription)... is too long") }
+        var components: [String] = []
+        for part in name.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." { throw hostile("the entry \(name.debugDescription) climbs out with \"..\"") }
+            if part.utf8.count > 255 { throw hostile("the entry \(name.debugDescription) has a component longer than 255 bytes") }
+            components.append(String(part))
+        }
+        if components.count > maxDepth {
+            throw hostile("the entry \(name.debugDescription) is nested deeper than \(maxDepth) folders")
+        }
+        return components
+    }
+
+    /// Refuses device files, FIFOs, sockets, setuid and setgid bits (and symbolic links unless
+    /// `allowSymlink`). A mode without type bits is taken as a regular file.
+    static func checkMode(_ mode: UInt32, name: String, allowSymlink: Bool) throws {
+        let type = mode & fileType
+        switch type {
+        case 0, regularFile, directory: break
+        case symbolicLink where allowSymlink: break
+        case symbolicLink: throw hostile("the entry \(name.debugDescription) is a symbolic link")
+        case 0o020000, 0o060000: throw hostile("the entry \(name.debugDescription) is a device file")
+        case 0o010000: throw hostile("the entry \(name.debugDescription) is a FIFO")
+        case 0o140000: throw hostile("the entry \(name.debugDescription) is a socket")
+        default: throw hostile("the entry \(name.debugDescription) has an unknown file type \(String(type, radix: 8))")
+        }
+        if mode & 0o6000 != 0 {
+            throw hostile("the entry \(name.debugDescription) has the setuid or setgid bit")
+        }
+    }
+
+    /// Whether a symbolic link at `link` (components) pointing at `target` resolves inside the
+    /// package, step by step, without passing through another link of `links` (a link through a
+    /// link could climb out once both exist). Absolute targets never stay inside.
+    static func symlinkTargetStaysInside(link: [String], target: String, links: Set<[String]>) -> Bool {
+        if target.isEmpty || target.hasPrefix("/") || target.contains("\\") || target.utf8.contains(0) { return false }
+        var position = Array(link.dropLast())
+        let parts = target.split(separator: "/", omittingEmptySubsequences: true)
+        for (index, part) in parts.enumerated() {
+            if part == "." { continue }
+            if part == ".." {
+                if position.isEmpty { return false }
+                position.removeLast()
+            } else {
+                position.append(String(part))
+                // Every step but the last must be a folder, not a link.
+                if index < parts.count - 1 && links.contains(position) { return false }
+            }
+            if links.contains(position) && index < parts.count - 1 { return false }
+        }
+        return position != link
+    }
+
+    static func hostile(_ message: String) -> CourierError {
+        CourierError(.hostilePackage, message, hint: "the package was refused and nothing was installed")
+    }
+}

@@ -1,0 +1,438 @@
+import Foundation
+import GRDB
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How much space a filesystem has free for Courier, in bytes.
+public struct FreeSpaceProbe: Sendable {
+    public let available: @Sendable (URL) throws -> Int64
+
+    public init(_ available: @escaping @Sendable (URL) throws -> Int64) {
+        self.available = available
+    }
+
+    /// `statvfs`: the blocks available to unprivileged users.
+    public static let statvfs = FreeSpaceProbe { url in
+        let fd = open(url.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
+        defer { close(fd) }
+        var info = Glibc.statvfs()
+        guard fstatvfs(fd, &info) == 0 else { throw CourierError.posix("statvfs", path: url.path) }
+        return Int64(info.f_bavail) * Int64(info.f_frsize)
+    }
+}
+
+/// Places delivered content: extracts a package into staging on the destination's filesystem,
+/// renames it into `Caches/<id>/` or `Documents/<id>/`, records it, and keeps the store and the
+/// folders consistent across crashes.
+///
+/// An install writes its intent (the staging folder's inode) to the store before the rename and
+/// swaps an older version out with one atomic `renameat2(RENAME_EXCHANGE)`, so the content folder
+/// always holds the old or the new version, never a mix; `recover()` finishes or rolls back an
+/// interrupted install and removes leftover staging. Staging lives in `Caches/.staging/` and
+/// `Documents/.staging/`, each install guarded by an `flock` on `<id>.lock` so that recovery in
+/// another process never touches a live install. Blocking: call from a Dispatch worker.
+public final class ContentPlacer: Sendable {
+    public let layout: StorageLayout
+    public let store: StateStore
+    public let packages: PackageConfiguration
+    public let placement: PlacementConfiguration
+    let logger: Logger
+    let freeSpace: FreeSpaceProbe
+
+    public init(
+        layout: StorageLayout,
+        store: StateStore,
+        packages: PackageConfiguration,
+        placement: PlacementConfiguration,
+        logger: Logger,
+        freeSpace: FreeSpaceProbe = .statvfs
+    ) {
+        self.layout = layout
+        self.store = store
+        self.packages = packages
+        self.placement = placement
+        self.logger = logger
+        self.freeSpace = freeSpace
+    }
+
+    // MARK: Paths
+
+    /// The folder holding content of `placement`.
+    public func folder(for placement: Catalog.Placement) -> URL {
+        placement == .cache ? layout.caches : layout.documents
+    }
+
+    /// Where content `contentIdentifier` lives when placed in `placement`.
+    public func contentURL(_ contentIdentifier: String, placement: Catalog.Placement) -> URL {
+        folder(for: placement).appendingPathComponent(contentIdentifier, isDirectory: true)
+    }
+
+    func stagingFolder(_ placement: Catalog.Placement) -> URL {
+        folder(for: placement).appendingPathComponent(".staging", isDirectory: true)
+    }
+
+    /// Refuses identifiers that are not a single safe folder name.
+    static func checkIdentifier(_ identifier: String) throws {
+        guard !identifier.isEmpty, identifier.utf8.count <= 200, !identifier.hasPrefix("."),
+            !identifier.contains("/"), !identifier.contains("\\"), !identifier.utf8.contains(0)
+        else {
+            throw CourierError(.usage, "\(identifier.debugDescription) is not a usable content identifier")
+        }
+    }
+
+    // MARK: Install
+
+    /// Extracts and places a package: staging, then rename; an older version replaced only once the
+    /// new one is complete; a downgrade refused unless `force`. Records it in the store.
+    ///
+    /// `productId` must match the package's ContentInfo.plist, and `version` too when given.
+    /// Checks space for the unpacked size first (purging caches if allowed); Documents content is
+    /// marked excluded from backups before it appears.
+    public func install(
+        package: URL,
+        contentIdentifier: String,
+        productId: String,
+        version: String?,
+        placement target: Catalog.Placement,
+        force: Bool
+    ) throws -> DeliveredContent {
+        try Self.checkIdentifier(contentIdentifier)
+        var logger = self.logger
+        logger[metadataKey: "content-id"] = "\(contentIdentifier)"
+        try layout.prepare()
+        let existing = try record(contentIdentifier)
+        if let existing, let version, !force {
+            try refuseDowngrade(existing: existing, to: version)
+        }
+        let directory = try ZipDirectory.read(package, maxEntryCount: packages.maxEntryCount)
+        try ensureSpace(bytes: Int64(clamping: directory.declaredUnpackedSize), inUse: [contentIdentifier])
+
+        let stagingRoot = stagingFolder(target)
+        try makeFolder(stagingRoot)
+        let id = UUID().uuidString.lowercased()
+        let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
+        defer { lock.release(removing: true) }
+        let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
+        let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
+        defer {
+            removeTree(staging)
+            removeTree(previous)
+        }
+
+        logger.debug("extracting", metadata: ["package": "\(package.path)", "staging": "\(staging.path)"])
+        let extractor = PackageExtractor(configuration: packages)
+        let info = try extractor.extract(package, into: staging, expectedProductId: productId, expectedVersion: version)
+        if let existing, !force {
+            try refuseDowngrade(existing: existing, to: info.version)
+        }
+        if target == .documents {
+            let support = BackupExclusion.mark(staging)
+            if !support.isSupported {
+                logger.warning(
+                    "the filesystem of Documents supports no backup-exclusion mark",
+                    metadata: ["problems": "\(support.problems.joined(separator: "; "))"]
+                )
+            }
+        }
+        if placement.syncBeforeRename { try FilesystemSync.flush(containing: staging) }
+
+        var status = stat()
+        guard lstat(staging.path, &status) == 0 else { throw CourierError.posix("stat", path: staging.path) }
+        let now = Date()
+        let intent = ContentInstallation(
+            id: id,
+            contentIdentifier: contentIdentifier,
+            productId: info.productId,
+            version: info.version,
+            placement: target,
+            previousPlacement: existing?.placement,
+            size: info.unpackedSize,
+            sha256: info.sha256,
+            stagingDevice: Int64(status.st_dev),
+            stagingInode: Int64(status.st_ino),
+            createdAt: now
+        )
+        try write { db in try intent.insert(db) }
+
+        let destination = contentURL(contentIdentifier, placement: target)
+        do {
+            if access(destination.path, F_OK) == 0 {
+                if try !AtomicRename.exchange(staging, destination) {
+                    // No atomic exchange on this filesystem: move the old version aside first;
+                    // recover() moves it back if the process dies in between.
+                    try AtomicRename.renameNoReplace(destination, previous)
+                    try AtomicRename.renameNoReplace(staging, destination)
+                }
+            } else {
+                try AtomicRename.renameNoReplace(staging, destination)
+            }
+        } catch {
+            try? write { db in _ = try ContentInstallation.deleteOne(db, key: id) }
+            throw error
+        }
+        let delivered = try commit(intent, installedAt: now)
+        logger.debug("installed", metadata: ["version": "\(info.version)", "path": "\(destination.path)"])
+        return delivered
+    }
+
+    /// Records an install whose folder is in place, and removes a copy left in the other placement.
+    private func commit(_ intent: ContentInstallation, installedAt: Date) throws -> DeliveredContent {
+        let destination = contentURL(intent.contentIdentifier, placement: intent.placement)
+        let delivered = DeliveredContent(
+            contentIdentifier: intent.contentIdentifier,
+            productId: intent.productId,
+            version: intent.version,
+            placement: intent.placement,
+            path: destination.path,
+            size: intent.size,
+            sha256: intent.sha256,
+            installedAt: installedAt,
+            lastUsedAt: installedAt
+        )
+        if let previous = intent.previousPlacement, previous != intent.placement {
+            try discard(contentURL(intent.contentIdentifier, placement: previous), placement: previous)
+        }
+        try write { db in
+            try delivered.save(db)
+            _ = try ContentInstallation.deleteOne(db, key: intent.id)
+        }
+        return delivered
+    }
+
+    private func refuseDowngrade(existing: DeliveredContent, to version: String) throws {
+        if ContentVersion.compare(version, existing.version) == .orderedAscending {
+            throw CourierError(
+                .usage,
+                "\(existing.contentIdentifier) \(existing.version) is installed; \(version) would be a downgrade",
+                hint: "pass --force to install an older version"
+            )
+        }
+    }
+
+    // MARK: Recovery
+
+    /// Cleans leftover staging and finishes or rolls back an interrupted replacement. Call at start.
+    public func recover() throws {
+        try layout.prepare()
+        let intents = try store.pool.read { db in try ContentInstallation.fetchAll(db) }
+        for intent in intents {
+            let stagingRoot = stagingFolder(intent.placement)
+            guard let lock = try? InstallLock(ifFree: stagingRoot.appendingPathComponent("\(intent.id).lock")) else {
+                continue  // a live install in another process
+            }
+            defer { lock.release(removing: false) }
+            let destination = contentURL(intent.contentIdentifier, placement: intent.placement)
+            var status = stat()
+            if lstat(destination.path, &status) == 0, Int64(status.st_dev) == intent.stagingDevice,
+                Int64(status.st_ino) == intent.stagingInode
+            {
+                logger.debug("recover: finishing an interrupted install", metadata: ["content-id": "\(intent.contentIdentifier)"])
+                _ = try commit(intent, installedAt: intent.createdAt)
+            } else {
+                logger.debug("recover: rolling back an interrupted install", metadata: ["content-id": "\(intent.contentIdentifier)"])
+                let previous = stagingRoot.appendingPathComponent("\(intent.id).old")
+                if access(destination.path, F_OK) != 0 && access(previous.path, F_OK) == 0 {
+                    try AtomicRename.renameNoReplace(previous, destination)
+                }
+                try write { db in _ = try ContentInstallation.deleteOne(db, key: intent.id) }
+            }
+        }
+        for placement in Catalog.Placement.allCases {
+            sweep(stagingFolder(placement))
+        }
+    }
+
+    /// Removes everything in a staging folder that no live install holds.
+    private func sweep(_ stagingRoot: URL) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: stagingRoot.path) else { return }
+        var live: Set<String> = []
+        var stale: [InstallLock] = []
+        for name in names where name.hasSuffix(".lock") {
+            let id = String(name.dropLast(5))
+            if let lock = try? InstallLock(ifFree: stagingRoot.appendingPathComponent(name)) {
+                stale.append(lock)
+            } else {
+                live.insert(id)
+            }
+        }
+        for name in names where !name.hasSuffix(".lock") {
+            let id = name.split(separator: ".").first.map(String.init) ?? name
+            if live.contains(id) { continue }
+            logger.debug("recover: removing leftover staging", metadata: ["path": "\(stagingRoot.path)/\(name)"])
+            removeTree(stagingRoot.appendingPathComponent(name))
+        }
+        for lock in stale {
+            lock.release(removing: true)
+        }
+    }
+
+    // MARK: Queries
+
+    /// The content `contentIdentifier` if it is delivered and its folder still exists; marks it
+    /// used now (for LRU purging). A record whose folder vanished is forgotten and gives nil.
+    public func content(_ contentIdentifier: String) throws -> DeliveredContent? {
+        guard var delivered = try record(contentIdentifier) else { return nil }
+        let url = contentURL(contentIdentifier, placement: delivered.placement)
+        guard access(url.path, F_OK) == 0 else {
+            try write { db in _ = try DeliveredContent.deleteOne(db, key: contentIdentifier) }
+            return nil
+        }
+        delivered.lastUsedAt = Date()
+        delivered.path = url.path
+        let updated = delivered
+        try write { db in try updated.update(db, columns: ["lastUsedAt"]) }
+        return delivered
+    }
+
+    /// Every delivered content, by identifier.
+    public func list() throws -> [DeliveredContent] {
+        do {
+            return try store.pool.read { db in
+                try DeliveredContent.order(Column("contentIdentifier")).fetchAll(db)
+            }
+        } catch {
+            throw CourierError(.io, "cannot read delivered content from the store", cause: "\(error)")
+        }
+    }
+
+    /// Removes delivered content: its folder disappears in one rename, then its record.
+    public func delete(_ contentIdentifier: String) throws {
+        try Self.checkIdentifier(contentIdentifier)
+        guard let delivered = try record(contentIdentifier) else {
+            throw CourierError(.notFound, "no delivered content \(contentIdentifier.debugDescription)")
+        }
+        try discard(contentURL(contentIdentifier, placement: delivered.placement), placement: delivered.placement)
+        try write { db in _ = try DeliveredContent.deleteOne(db, key: contentIdentifier) }
+    }
+
+    /// Moves `url` into staging (an atomic disappearance) and removes it.
+    private func discard(_ url: URL, placement: Catalog.Placement) throws {
+        guard access(url.path, F_OK) == 0 else { return }
+        let stagingRoot = stagingFolder(placement)
+        try makeFolder(stagingRoot)
+        let trash = stagingRoot.appendingPathComponent("\(UUID().uuidString.lowercased()).deleted")
+        try AtomicRename.renameNoReplace(url, trash)
+        removeTree(trash)
+    }
+
+    // MARK: Space
+
+    /// The bytes a delivery needs on disk besides the reserve: the download's remaining bytes plus
+    /// the unpacked size (from the package or catalog, else `unpackedSizeFactor` × its length).
+    public func spaceNeeded(remainingDownload: Int64, packageLength: Int64, unpackedLength: Int64?) -> Int64 {
+        let unpacked = unpackedLength ?? Int64(Double(packageLength) * placement.unpackedSizeFactor)
+        return max(remainingDownload, 0) + max(unpacked, 0)
+    }
+
+    /// Makes room for `bytes` (+ reserve) on the filesystem of `layout.root`: purges cache-placed
+    /// content LRU-first when allowed, never Documents, never identifiers in `inUse`; else throws
+    /// CourierError(.insufficientSpace) before anything is written.
+    public func ensureSpace(bytes: Int64, inUse: Set<String>) throws {
+        let needed = bytes + placement.diskReserve
+        var available = try freeSpace.available(layout.root)
+        if available >= needed { return }
+        if placement.purgeCaches {
+            let candidates = try store.pool.read { db in
+                try DeliveredContent.filter(Column("placement") == Catalog.Placement.cache.rawValue)
+                    .order(Column("lastUsedAt"), Column("contentIdentifier")).fetchAll(db)
+            }
+            for candidate in candidates where !inUse.contains(candidate.contentIdentifier) {
+                logger.debug(
+                    "purging cached content to make room",
+                    metadata: ["content-id": "\(candidate.contentIdentifier)", "size": "\(candidate.size)"]
+                )
+                try delete(candidate.contentIdentifier)
+                available = try freeSpace.available(layout.root)
+                if available >= needed { return }
+            }
+        }
+        throw CourierError(
+            .insufficientSpace,
+            "\(bytes) bytes plus a reserve of \(placement.diskReserve) are needed, \(max(available, 0)) are free",
+            hint: placement.purgeCaches ? "free some disk space, then try again" : "free some disk space or allow purging caches"
+        )
+    }
+
+    /// What the filesystem of Documents supports to exclude content from backups (marks the
+    /// Documents folder itself, which tools honouring nodump skip as a whole).
+    public var backupExclusionSupport: BackupExclusion.Support {
+        try? layout.prepare()
+        return BackupExclusion.mark(layout.documents)
+    }
+
+    // MARK: Helpers
+
+    private func record(_ contentIdentifier: String) throws -> DeliveredContent? {
+        do {
+            return try store.pool.read { db in try DeliveredContent.fetchOne(db, key: contentIdentifier) }
+        } catch {
+            throw CourierError(.io, "cannot read delivered content from the store", cause: "\(error)")
+        }
+    }
+
+    private func write(_ body: @escaping @Sendable (Database) throws -> Void) throws {
+        do {
+            try store.pool.write { db in try body(db) }
+        } catch let error as CourierError {
+            throw error
+        } catch {
+            throw CourierError(.io, "cannot update delivered content in the store", cause: "\(error)")
+        }
+    }
+
+    private func makeFolder(_ url: URL) throws {
+        if mkdir(url.path, 0o700) != 0 && errno != EEXIST { throw CourierError.posix("mkdir", path: url.path) }
+    }
+
+    private func removeTree(_ url: URL) {
+        var status = stat()
+        guard lstat(url.path, &status) == 0 else { return }
+        do {
+            try FileManager.default.removeItem(at: url)
+        } catch {
+            logger.warning("cannot remove \(url.path)", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+/// An exclusive `flock` on a file in a staging folder: held for the whole of one install, so
+/// another process's recovery can tell live staging from leftovers (a killed process drops it).
+final class InstallLock: Sendable {
+    let url: URL
+    private let fd: Int32
+
+    /// Creates and locks `url`, waiting if needed.
+    init(acquire url: URL) throws {
+        self.url = url
+        fd = open(url.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
+        while flock(fd, LOCK_EX) != 0 {
+            if errno == EINTR { continue }
+            let error = CourierError.posix("flock", path: url.path)
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Locks `url` (creating it if missing) if no one holds it; throws otherwise.
+    init(ifFree url: URL) throws {
+        self.url = url
+        fd = open(url.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let error = CourierError.posix("flock", path: url.path)
+            close(fd)
+            throw error
+        }
+    }
+
+    /// Unlocks and closes, first removing the lock file if `removing`. Call once.
+    func release(removing: Bool) {
+        if removing { unlink(url.path) }
+        close(fd)
+    }
+}
