@@ -267,24 +267,26 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
 
 /// The real parts `courier prestage` runs on: the transfer engine and the package inspector.
 struct PrestageServices {
+    let engine: TransferEngine
     let fetcher: any PackageFetcher
     let checker: any PackageChecker
 
     init(configuration: CourierConfiguration) throws {
-        throw CourierError(.internal, "pre-staging needs the transfer engine, which this build lacks")
+        var logger = Logger(label: "courier.transfer")
+        logger.logLevel = .error
+        engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
+        fetcher = TransferPackageFetcher(engine: engine)
+        checker = InspectingPackageChecker(limits: configuration.packages)
     }
 
-    func shutdown() {}
+    func shutdown() {
+        engine.shutdown()
+    }
 
-    /// The upstream catalog and the location its relative URLs resolve against.
+    /// The upstream catalog (a file, or a URL fetched on the engine's connections) and the
+    /// location its relative URLs resolve against.
     func loadCatalog(_ location: String, relativeTo base: URL) async throws -> (Catalog, URL?) {
-        let file = location.hasPrefix("/") ? URL(fileURLWithPath: location) : base.appendingPathComponent(location).standardizedFileURL
-        let data: Data
-        do {
-            data = try Data(contentsOf: file)
-        } catch {
-            throw CourierError(.usage, "cannot read the catalog \(file.path)", cause: "\(error)")
-        }
-        return (try Catalog.decode(data), file)
+        let (catalog, url) = try await CatalogLoader.load(location, relativeTo: base, transport: engine.httpTransport)
+        return (catalog, url)
     }
 }

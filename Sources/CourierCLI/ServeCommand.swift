@@ -36,6 +36,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Serve every listed package without a receipt (public content, benchmarks).")
     var `public` = false
 
+    @OptionGroup var receipts: ReceiptOptions
+
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
     }
@@ -62,7 +64,7 @@ struct ServeCommand: AsyncParsableCommand {
             let accessLog = Logger(label: "courier.access") { label in
                 json ? NDJSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardOutput(label: label)
             }
-            let gate = try makeGate()
+            let gate = try makeGate(configuration: try global.loadConfiguration())
             let origin = ContentOrigin(
                 configuration: configuration,
                 gate: gate,
@@ -95,12 +97,26 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    private func makeGate() throws -> any AccessGate {
+    /// The receipt gate (trust roots, bundle id, environments from the configuration and the
+    /// receipt options), or the public gate with `--public`.
+    private func makeGate(configuration: CourierConfiguration) throws -> any AccessGate {
         if `public` { return PublicAccessGate() }
-        throw CourierError(
-            .usage,
-            "the receipt gate is not available in this build",
-            hint: "pass --public to serve without receipts"
+        var configuration = configuration
+        receipts.apply(to: &configuration)
+        guard !configuration.receipts.trustRoots.isEmpty else {
+            throw CourierError(
+                .usage,
+                "the receipt gate needs trusted root certificates",
+                hint: "pass --trust-root PATH (or set receipts.trustRoots), or --public to serve without receipts"
+            )
+        }
+        let files = configuration.receipts.trustRoots.map { configuration.resolvePath($0) }
+        let verifier = SignedTransactionVerifier(
+            trustedRoots: try TrustRoots.load(files),
+            bundleId: configuration.receipts.bundleId,
+            environments: configuration.receipts.environments,
+            clockSkew: configuration.receipts.clockSkew
         )
+        return ReceiptAccessGate(verifier: verifier)
     }
 }

@@ -80,3 +80,30 @@ public struct ReceiptAccessGate: AccessGate {
         )
     }
 }
+
+extension SignedTransactionVerifier: BearerTokenVerifier {
+    /// The one purchase an App Store signed transaction proves. Every check applies but
+    /// `revoked`: a refunded purchase verifies (with its revocation date) and then entitles to
+    /// nothing, so it is 403 rather than 401.
+    public func transactions(proving token: String, now: Date) async throws -> [VerifiedTransaction] {
+        // A compact JWS is a few KiB; refuse anything absurd before parsing it.
+        guard token.utf8.count <= 64 * 1024 else {
+            throw CourierError(.receiptInvalid, "the bearer token is too large to be a signed transaction")
+        }
+        return [try await verifyAllowingRevocation(token, now: now)]
+    }
+}
+
+extension ReceiptAccessGate {
+    /// The production gate: App Store signed transactions verified by `verifier`, entitlements
+    /// by the catalog's rules (`Entitlements`).
+    public init(verifier: SignedTransactionVerifier, clock: @escaping @Sendable () -> Date = { Date() }) {
+        self.init(
+            verifier: verifier as any BearerTokenVerifier,
+            entitlements: { transactions, catalog, now in
+                Set(Entitlements.content(for: transactions, catalog: catalog, now: now).map(\.contentIdentifier))
+            },
+            clock: clock
+        )
+    }
+}
