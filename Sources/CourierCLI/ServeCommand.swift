@@ -36,10 +36,14 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(name: .long, help: "Serve every listed package without a receipt (public content, benchmarks).")
     var `public` = false
 
+    @Option(name: .customLong("limit-rate"), help: "Hold each package response to this many bytes per second.")
+    var limitRate: Int64?
+
     @OptionGroup var receipts: ReceiptOptions
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        if let limitRate, limitRate <= 0 { throw ValidationError("--limit-rate must be positive") }
     }
 
     func run() async throws {
@@ -54,7 +58,8 @@ struct ServeCommand: AsyncParsableCommand {
                 contentDirectory: contentDirectory,
                 catalogFile: catalog.map { URL(fileURLWithPath: $0).standardizedFileURL },
                 host: host,
-                port: port
+                port: port,
+                rateLimit: limitRate
             )
             let json = global.json
             var logger = Logger(label: "courier.origin") { label in

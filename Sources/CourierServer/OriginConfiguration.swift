@@ -16,6 +16,9 @@ public struct OriginConfiguration: Sendable {
     public var chunkSize: Int
     /// Seconds graceful shutdown waits for responses in flight. Default 10.
     public var shutdownGracePeriod: Double
+    /// Bytes per second each package response is held to (nginx's `limit_rate`), or nil for no
+    /// limit (the default).
+    public var rateLimit: Int64?
 
     public init(
         contentDirectory: URL,
@@ -23,7 +26,8 @@ public struct OriginConfiguration: Sendable {
         host: String = "127.0.0.1",
         port: Int = 0,
         chunkSize: Int = 1 << 20,
-        shutdownGracePeriod: Double = 10
+        shutdownGracePeriod: Double = 10,
+        rateLimit: Int64? = nil
     ) {
         self.contentDirectory = contentDirectory.standardizedFileURL
         self.catalogFile = catalogFile ?? contentDirectory.appendingPathComponent("catalog.json")
@@ -31,5 +35,6 @@ public struct OriginConfiguration: Sendable {
         self.port = port
         self.chunkSize = chunkSize
         self.shutdownGracePeriod = shutdownGracePeriod
+        self.rateLimit = rateLimit
     }
 }

@@ -147,9 +147,10 @@ struct OriginResponder: HTTPResponder {
             return Response(status: status, headers: headers, body: ResponseBody())
         }
         let chunkSize = configuration.chunkSize
+        let rateLimit = configuration.rateLimit
         let allocator = ByteBufferAllocator()
         let body = ResponseBody(contentLength: Int(bytes.count)) { writer in
-            try await file.stream(range: bytes, chunkSize: chunkSize, allocator: allocator) { chunk in
+            try await file.stream(range: bytes, chunkSize: chunkSize, rateLimit: rateLimit, allocator: allocator) { chunk in
                 try await writer.write(chunk)
             }
             try await writer.finish(nil)

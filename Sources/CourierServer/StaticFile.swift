@@ -56,9 +56,12 @@ struct StaticFile: Sendable {
     func stream(
         range: ClosedRange<Int64>,
         chunkSize: Int,
+        rateLimit: Int64? = nil,
         allocator: ByteBufferAllocator,
         write: (ByteBuffer) async throws -> Void
     ) async throws {
+        let chunkSize = rateLimit.map { max(1024, min(chunkSize, Int($0 / 8))) } ?? chunkSize
+        let started = ContinuousClock.now
         let pool = NIOThreadPool.singleton
         let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         let descriptor = try await pool.runIfActive { () throws -> Int32 in
@@ -100,6 +103,11 @@ struct StaticFile: Sendable {
                 offset += Int64(chunk.readableBytes)
                 pending = offset < end ? read(at: offset) : nil
                 try await write(chunk)
+                if let rateLimit, rateLimit > 0 {
+                    // Hold the response to the limit: sleep until the bytes sent so far are due.
+                    let due = started + .milliseconds((offset - range.lowerBound) * 1000 / rateLimit)
+                    if due > ContinuousClock.now { try await Task.sleep(until: due) }
+                }
             }
         } catch {
             // Never close the descriptor under a read still running on the pool.

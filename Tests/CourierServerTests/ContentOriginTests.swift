@@ -216,6 +216,32 @@ struct ContentOriginTests {
         try await origin.stop()
     }
 
+    @Test("the receipt gate with App Store-shaped signed transactions: valid, tampered, revoked, other bundle")
+    func receiptGate() async throws {
+        var fixture = try ContentFixture()
+        defer { fixture.folder.remove() }
+        try fixture.addPackage(Self.pack, size: 5000)
+        try fixture.addPackage(Self.other, size: 5000)
+        try fixture.publishCatalog(products: [Self.pack, Self.other])
+        let store = try SandboxStore.create(at: fixture.url.appendingPathComponent("sandbox"))
+        let verifier = SignedTransactionVerifier(trustedRoots: [store.root], bundleId: "com.example.app", environments: ["Sandbox"], clockSkew: 300)
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: ReceiptAccessGate(verifier: verifier))
+        let url = origin.url(ContentFixture.path(Self.pack))
+        func status(_ token: String) async throws -> Int {
+            try await CurlExchange.run(url, ["-H", "Authorization: Bearer \(token)"]).status
+        }
+        let valid = try store.purchase(productId: Self.pack)
+        #expect(try await status(valid) == 200)
+        #expect(try await status(try store.purchase(productId: Self.other)) == 403)
+        #expect(try await status(try store.purchase(productId: Self.pack, revocationDate: Date().addingTimeInterval(-60))) == 403)
+        #expect(try await status(try store.purchase(productId: Self.pack, bundleId: "com.example.otherapp")) == 401)
+        var parts = valid.split(separator: ".").map(String.init)
+        parts[2] = String(parts[2].reversed())
+        #expect(try await status(parts.joined(separator: ".")) == 401)
+        #expect(try await status("not-a-jws") == 401)
+        try await origin.stop()
+    }
+
     @Test("graceful shutdown lets a response in flight finish, then refuses connections")
     func gracefulShutdown() async throws {
         let (fixture, origin) = try await publicOrigin(size: 4_000_000)
