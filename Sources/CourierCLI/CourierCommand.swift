@@ -14,19 +14,21 @@ struct CourierCommand: AsyncParsableCommand {
             6 integrity failure or hostile package; 7 paused or interrupted (resumable).
             """,
         subcommands: [
+            DeliverCommand.self,
+            GetCommand.self,
+            EnqueueCommand.self,
             ListCommand.self,
             StatusCommand.self,
             PauseCommand.self,
             ResumeCommand.self,
             CancelCommand.self,
             DiscardCommand.self,
-            DeliverCommand.self,
-            EnqueueCommand.self,
-            GetCommand.self,
+            ContentCommand.self,
+            PackageCommand.self,
             ReceiptCommand.self,
             SandboxCommand.self,
-            PackageCommand.self,
-            ContentCommand.self,
+            PrestageCommand.self,
+            ServeCommand.self,
         ]
     )
 

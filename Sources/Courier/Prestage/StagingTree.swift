@@ -1,0 +1,182 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where `courier prestage` publishes packages and the catalog that `courier serve` reads.
+///
+/// Publishing is atomic: a reader sees a package or catalog whole or not at all, and the catalog
+/// is published last, so every package it lists is already there. A local folder implements it
+/// with temporary names, fsync and rename; object storage would with a PUT per object (see
+/// docs/scaling.md). Package paths are relative to the catalog, e.g.
+/// `packages/com.example.pack1/<sha256>.zip`; a path names its bytes, so a staged path is never
+/// rewritten, only added or removed.
+public protocol StagingTree: Sendable {
+    /// The catalog published last, or nil when none has been published.
+    func publishedCatalog() throws -> Catalog?
+    /// Whether a complete package of `length` bytes is published at `path`.
+    func hasPackage(at path: String, length: Int64) throws -> Bool
+    /// Publishes the verified local file `file` at `path` and consumes it (it is moved or removed).
+    func publishPackage(_ file: URL, at path: String) throws
+    /// Publishes `catalog` atomically. Call only once every package it lists is published.
+    func publishCatalog(_ catalog: Catalog) throws
+    /// Removes published packages under `packages/` that `catalog` no longer lists, keeping those
+    /// modified within `grace` seconds (a client may still be resuming one). Returns the paths removed.
+    func removeUnlisted(by catalog: Catalog, grace: TimeInterval) throws -> [String]
+    /// A local folder for partial downloads and their journals, kept between runs (resume).
+    var workDirectory: URL { get }
+}
+
+/// A staging tree in a local folder, the one `courier serve --content DIR` serves:
+/// ```
+/// DIR/catalog.json                              published last, by rename
+/// DIR/packages/<contentIdentifier>/<sha256>.zip  published by rename, never rewritten
+/// DIR/.prestage/                                partial downloads and journals (not served)
+/// ```
+public struct LocalStagingTree: StagingTree {
+    public let root: URL
+
+    public init(root: URL) throws {
+        self.root = root.standardizedFileURL
+        for folder in [self.root, workDirectory, self.root.appendingPathComponent("packages", isDirectory: true)] {
+            do {
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            } catch {
+                throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+            }
+        }
+    }
+
+    public var catalogFile: URL { root.appendingPathComponent("catalog.json") }
+    public var workDirectory: URL { root.appendingPathComponent(".prestage", isDirectory: true) }
+
+    public func publishedCatalog() throws -> Catalog? {
+        guard FileManager.default.fileExists(atPath: catalogFile.path) else { return nil }
+        let data: Data
+        do {
+            data = try Data(contentsOf: catalogFile)
+        } catch {
+            throw CourierError(.io, "cannot read the published catalog \(catalogFile.path)", cause: "\(error)")
+        }
+        return try Catalog.decode(data)
+    }
+
+    public func hasPackage(at path: String, length: Int64) throws -> Bool {
+        let file = try resolve(path)
+        var info = stat()
+        guard stat(file.path, &info) == 0 else { return false }
+        return (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_size) == length
+    }
+
+    public func publishPackage(_ file: URL, at path: String) throws {
+        let target = try resolve(path)
+        let folder = target.deletingLastPathComponent()
+        do {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        } catch {
+            throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+        }
+        try Durable.fsync(file)
+        // Stage under a temporary name inside the target folder (same filesystem), then rename.
+        let temporary = folder.appendingPathComponent(".\(target.lastPathComponent).\(getpid()).tmp")
+        try Durable.rename(file, to: temporary)
+        try Durable.rename(temporary, to: target)
+        try Durable.fsyncDirectory(folder)
+        try Durable.fsyncDirectory(folder.deletingLastPathComponent())
+    }
+
+    public func publishCatalog(_ catalog: Catalog) throws {
+        let data = try catalog.encoded()
+        let temporary = root.appendingPathComponent(".catalog.json.\(getpid()).tmp")
+        try Durable.write(data, to: temporary)
+        try Durable.rename(temporary, to: catalogFile)
+        try Durable.fsyncDirectory(root)
+    }
+
+    public func removeUnlisted(by catalog: Catalog, grace: TimeInterval) throws -> [String] {
+        let listed = Set(catalog.allContent.map(\.content.url))
+        let packages = root.appendingPathComponent("packages", isDirectory: true)
+        var removed: [String] = []
+        let fileManager = FileManager.default
+        let folders = (try? fileManager.contentsOfDirectory(atPath: packages.path)) ?? []
+        let cutoff = Date().addingTimeInterval(-grace)
+        for folder in folders {
+            let files = (try? fileManager.contentsOfDirectory(atPath: packages.appendingPathComponent(folder).path)) ?? []
+            for name in files where !name.hasPrefix(".") {
+                let path = "packages/\(folder)/\(name)"
+                guard !listed.contains(path) else { continue }
+                let url = root.appendingPathComponent(path)
+                let modified = (try? url.resourceValues(forKeys: [.contentModificationDateKey]))?.contentModificationDate
+                guard let modified, modified < cutoff else { continue }
+                if (try? fileManager.removeItem(at: url)) != nil { removed.append(path) }
+            }
+        }
+        return removed.sorted()
+    }
+
+    /// The file of a relative path, refusing anything that would leave the tree.
+    private func resolve(_ path: String) throws -> URL {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard !path.hasPrefix("/"), !parts.isEmpty, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+            throw CourierError(.usage, "\(path) is not a path inside the staging tree")
+        }
+        return root.appendingPathComponent(path)
+    }
+}
+
+extension Catalog {
+    /// Every package the catalog lists, with the identifier a client places it under.
+    public var allContent: [(contentIdentifier: String, productId: String, itemId: String?, content: Content)] {
+        var result: [(String, String, String?, Content)] = []
+        for product in products {
+            if let content = product.content { result.append((product.productId, product.productId, nil, content)) }
+            for item in product.items ?? [] {
+                result.append(("\(product.productId).\(item.itemId)", product.productId, item.itemId, item.content))
+            }
+        }
+        return result
+    }
+}
+
+/// Small durable-write helpers: data is fsynced before the name that points at it exists.
+enum Durable {
+    static func fsync(_ file: URL) throws {
+        let fd = open(file.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CourierError.posix("open", path: file.path) }
+        defer { close(fd) }
+        guard Glibc.fsync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
+    }
+
+    static func fsyncDirectory(_ folder: URL) throws {
+        let fd = open(folder.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw CourierError.posix("open", path: folder.path) }
+        defer { close(fd) }
+        guard Glibc.fsync(fd) == 0 else { throw CourierError.posix("fsync", path: folder.path) }
+    }
+
+    static func rename(_ source: URL, to target: URL) throws {
+        guard Glibc.rename(source.path, target.path) == 0 else {
+            throw CourierError.posix("rename", path: "\(source.path) to \(target.path)")
+        }
+    }
+
+    /// Writes `data` to `file` (created or truncated, mode 0644) and fsyncs it.
+    static func write(_ data: Data, to file: URL) throws {
+        let fd = open(file.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw CourierError.posix("open", path: file.path) }
+        defer { close(fd) }
+        try data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress.map { $0 + offset }, raw.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw CourierError.posix("write", path: file.path)
+                }
+                offset += n
+            }
+        }
+        guard Glibc.fsync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
+    }
+}

@@ -1,0 +1,292 @@
+import ArgumentParser
+import Courier
+import Foundation
+import Logging
+
+/// `courier prestage`: fetch, verify, inspect and stage the catalog's packages for `courier serve`.
+struct PrestageCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "prestage",
+        abstract: "Fetch, verify and stage content packages ahead of demand for `courier serve`.",
+        discussion: """
+            Fetches each package the catalog lists from its upstream URL with the transfer \
+            engine (resumable), verifies length and SHA-256, inspects it as the client would, and \
+            publishes it under DEST, then publishes DEST/catalog.json (atomically, last). A second \
+            run with nothing new fetches nothing. One package's failure does not stop the others; \
+            the run ends with a summary and exit 1 naming the failures; SIGINT pauses (exit 7).
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(name: .long, help: "The upstream catalog: a file or an http(s) URL (default: the configured one).")
+    var catalog: String?
+
+    @Option(name: .long, help: "The staging folder `courier serve --content` serves.")
+    var dest: String
+
+    @Option(name: .shortAndLong, help: "Packages fetched at once.")
+    var jobs: Int = 8
+
+    @Option(name: .long, help: "Stage only this product (repeatable); others keep what is published.")
+    var product: [String] = []
+
+    func validate() throws {
+        guard (1...256).contains(jobs) else { throw ValidationError("--jobs must be 1...256") }
+    }
+
+    func run() async throws {
+        try await global.run { output in
+            let configuration = try global.loadConfiguration()
+            guard let location = catalog ?? configuration.catalog else {
+                throw ValidationError("name the upstream catalog with --catalog FILE|URL")
+            }
+            let tree = try LocalStagingTree(root: URL(fileURLWithPath: dest, isDirectory: true))
+            let services = try PrestageServices(configuration: configuration)
+            defer { services.shutdown() }
+            let (upstream, upstreamLocation) = try await services.loadCatalog(
+                location,
+                relativeTo: catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory
+            )
+            let plan = try PrestagePlan(
+                upstream: upstream,
+                upstreamLocation: upstreamLocation,
+                tree: tree,
+                products: product.isEmpty ? nil : Set(product)
+            )
+            var logger = Logger(label: "courier.prestage")
+            logger.logLevel = .error
+            let job = PrestageJob(
+                tree: tree,
+                fetcher: services.fetcher,
+                checker: services.checker,
+                configuration: PrestageConfiguration(jobs: jobs),
+                logger: logger
+            )
+            let progress = PrestageProgress(output: output)
+            let summary: PrestageSummary
+            do {
+                summary = try await withSignalCancellation {
+                    try await job.run(plan) { progress.handle($0) }
+                }
+            } catch let error as CourierError where error.code == .paused {
+                progress.finish()
+                throw error
+            }
+            progress.finish()
+            progress.printSummary(summary)
+            let failures = summary.failures
+            if !failures.isEmpty {
+                let names = failures.map(\.contentIdentifier).joined(separator: ", ")
+                throw CourierError(
+                    .internal,
+                    "\(failures.count) of \(summary.rows.count) packages were not staged: \(names)",
+                    hint: "the catalog keeps their previously published versions; fix the cause and run again"
+                )
+            }
+        }
+    }
+}
+
+/// Runs `body`, cancelling it on SIGINT or SIGTERM (the job then pauses and publishes what is staged).
+func withSignalCancellation<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    let task = Task { try await body() }
+    let sources = [SIGINT, SIGTERM].map { signalNumber -> any DispatchSourceSignal in
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+        source.setEventHandler { task.cancel() }
+        source.resume()
+        return source
+    }
+    defer { sources.forEach { $0.cancel() } }
+    return try await withTaskCancellationHandler {
+        try await task.value
+    } onCancel: {
+        task.cancel()
+    }
+}
+
+/// Overall progress of a pre-staging run: a status line on a terminal (packages, bytes, rate,
+/// ETA), NDJSON events with `--json`, and the summary table at the end.
+final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+    private let output: Output
+    private let lock = NSLock()
+    private var totalTasks = 0
+    private var totalBytes: Int64 = 0
+    private var done = 0
+    private var failed = 0
+    private var received: [String: Int64] = [:]
+    private var finishedBytes: Int64 = 0
+    private let started = Date()
+    private var lastDraw = Date.distantPast
+    private var lastEvent = Date.distantPast
+
+    init(output: Output) {
+        self.output = output
+    }
+
+    func handle(_ event: PrestageEvent) {
+        switch event {
+        case .planned(let tasks, let bytes, let unchanged, let refused):
+            lock.withLock {
+                totalTasks = tasks
+                totalBytes = bytes
+            }
+            if output.json {
+                output.emit(["event": "planned", "packages": tasks, "bytes": bytes, "unchanged": unchanged, "refused": refused])
+            }
+        case .started(let task):
+            if output.json { output.emit(["event": "started", "contentIdentifier": task.contentIdentifier, "url": task.source.absoluteString]) }
+        case .progress(let task, let bytes):
+            lock.withLock { received[task.contentIdentifier] = bytes }
+        case .staged(let task, let bytesFetched):
+            lock.withLock {
+                done += 1
+                received[task.contentIdentifier] = nil
+                finishedBytes += task.content.length
+            }
+            if output.json {
+                output.emit([
+                    "event": "staged", "contentIdentifier": task.contentIdentifier, "bytesFetched": bytesFetched,
+                    "path": task.stagedPath,
+                ])
+            }
+        case .failed(let task, let error):
+            lock.withLock {
+                failed += 1
+                received[task.contentIdentifier] = nil
+            }
+            if output.json {
+                var object: [String: Any] = [
+                    "event": "failed", "contentIdentifier": task.contentIdentifier, "code": error.code.rawValue,
+                    "message": error.message,
+                ]
+                if let cause = error.cause { object["cause"] = cause }
+                output.emit(object)
+            }
+        case .published(let packages, let changed):
+            if output.json { output.emit(["event": "published", "packages": packages, "changed": changed]) }
+        }
+        tick()
+    }
+
+    /// Redraws the status line (at most ten times a second) or emits a progress event (once a second).
+    private func tick() {
+        let now = Date()
+        let (line, event): (String?, [String: Any]?) = lock.withLock {
+            let bytes = finishedBytes + received.values.reduce(0, +)
+            let elapsed = max(now.timeIntervalSince(started), 0.001)
+            let rate = Double(bytes) / elapsed
+            let remaining = rate > 0 ? Double(max(totalBytes - bytes, 0)) / rate : nil
+            var line: String?
+            var event: [String: Any]?
+            if !output.json, output.stderrIsTerminal, now.timeIntervalSince(lastDraw) >= 0.1 {
+                lastDraw = now
+                let fraction = totalBytes > 0 ? Double(bytes) / Double(totalBytes) : 1
+                let width = 24
+                let filled = min(width, Int(fraction * Double(width)))
+                let bar = String(repeating: "=", count: filled) + String(repeating: " ", count: width - filled)
+                line = "[\(bar)] \(done + failed)/\(totalTasks) packages  \(Self.bytes(bytes))/\(Self.bytes(totalBytes))  "
+                    + "\(Self.bytes(Int64(rate)))/s  ETA \(remaining.map { Self.duration($0) } ?? "--")"
+                    + (failed > 0 ? "  \(failed) failed" : "")
+            }
+            if output.json, now.timeIntervalSince(lastEvent) >= 1 {
+                lastEvent = now
+                var object: [String: Any] = [
+                    "event": "progress", "packagesDone": done, "packagesFailed": failed, "packages": totalTasks,
+                    "bytes": bytes, "totalBytes": totalBytes, "bytesPerSecond": Int64(rate),
+                ]
+                if let remaining { object["timeRemaining"] = (remaining * 10).rounded() / 10 }
+                event = object
+            }
+            return (line, event)
+        }
+        if let line { output.status(line) }
+        if let event { output.emit(event) }
+    }
+
+    func finish() {
+        lock.withLock { lastDraw = .distantPast }
+        if !output.json && output.stderrIsTerminal {
+            tick()
+            output.endStatus()
+        }
+    }
+
+    /// The table of every entry (text), or one `summary` document (`--json`).
+    func printSummary(_ summary: PrestageSummary) {
+        if output.json {
+            output.emit([
+                "event": "summary",
+                "staged": summary.rows.filter { $0.status == .staged }.count,
+                "unchanged": summary.rows.filter { $0.status == .unchanged }.count,
+                "failed": summary.failures.map { row -> [String: Any] in
+                    ["contentIdentifier": row.contentIdentifier, "code": row.error?.code.rawValue ?? "internal", "message": row.error?.message ?? ""]
+                },
+                "bytesFetched": summary.bytesFetched,
+                "catalogChanged": summary.catalogChanged,
+                "seconds": (Date().timeIntervalSince(started) * 1000).rounded() / 1000,
+            ])
+            return
+        }
+        let width = max(12, summary.rows.map(\.contentIdentifier.count).max() ?? 0)
+        func pad(_ text: String, _ count: Int) -> String { text.padding(toLength: max(count, text.count), withPad: " ", startingAt: 0) }
+        output.line(pad("CONTENT", width) + "  " + pad("STATUS", 9) + "  " + pad("FETCHED", 10) + "  NOTE")
+        for row in summary.rows {
+            let note = row.error.map { "\($0.code): \($0.message)" } ?? ""
+            output.line(pad(row.contentIdentifier, width) + "  " + pad(row.status.rawValue, 9) + "  " + pad(Self.bytes(row.bytesFetched), 10) + "  " + note)
+        }
+        let staged = summary.rows.filter { $0.status == .staged }.count
+        let unchanged = summary.rows.filter { $0.status == .unchanged }.count
+        output.line(
+            "\(staged) staged, \(unchanged) unchanged, \(summary.failures.count) failed; \(Self.bytes(summary.bytesFetched)) fetched in "
+                + Self.duration(Date().timeIntervalSince(started))
+                + (summary.catalogChanged ? "; catalog published" : "; catalog unchanged")
+        )
+    }
+
+    static func bytes(_ count: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
+    static func duration(_ seconds: Double) -> String {
+        if seconds < 60 { return String(format: "%.1fs", seconds) }
+        let whole = Int(seconds)
+        return whole >= 3600 ? "\(whole / 3600)h\(whole % 3600 / 60)m" : "\(whole / 60)m\(whole % 60)s"
+    }
+}
+
+
+
+/// The real parts `courier prestage` runs on: the transfer engine and the package inspector.
+struct PrestageServices {
+    let engine: TransferEngine
+    let fetcher: any PackageFetcher
+    let checker: any PackageChecker
+
+    init(configuration: CourierConfiguration) throws {
+        var logger = Logger(label: "courier.transfer")
+        logger.logLevel = .error
+        engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
+        fetcher = TransferPackageFetcher(engine: engine)
+        checker = InspectingPackageChecker(limits: configuration.packages)
+    }
+
+    func shutdown() {
+        engine.shutdown()
+    }
+
+    /// The upstream catalog (a file, or a URL fetched on the engine's connections) and the
+    /// location its relative URLs resolve against.
+    func loadCatalog(_ location: String, relativeTo base: URL) async throws -> (Catalog, URL?) {
+        let (catalog, url) = try await CatalogLoader.load(location, relativeTo: base, transport: engine.httpTransport)
+        return (catalog, url)
+    }
+}

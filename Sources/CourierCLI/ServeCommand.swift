@@ -1,0 +1,127 @@
+import ArgumentParser
+import Courier
+import CourierServer
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// `courier serve`: the receipt-gated content origin over a folder `courier prestage` published.
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Serve staged content packages and the catalog, gated by signed transactions.",
+        discussion: """
+            Serves GET and HEAD with single byte ranges, strong ETags, If-Range and 416 for the \
+            packages the catalog lists, the catalog itself at /catalog.json (ETag, 304) and \
+            /health. A package needs `Authorization: Bearer <signed transaction>` whose purchase \
+            entitles to it: 401 without a valid one, 403 when it does not entitle. Prints the \
+            bound port (a `listening` event with --json); SIGTERM or SIGINT stop it gracefully.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(name: .long, help: "The folder `courier prestage` published (packages and catalog.json).")
+    var content: String
+
+    @Option(name: .long, help: "The catalog to serve and gate with (default <content>/catalog.json).")
+    var catalog: String?
+
+    @Option(name: .long, help: "The port to listen on; 0 picks a free one.")
+    var port: Int = 8080
+
+    @Option(name: .long, help: "The address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Flag(name: .long, help: "Serve every listed package without a receipt (public content, benchmarks).")
+    var `public` = false
+
+    @Option(name: .customLong("limit-rate"), help: "Hold each package response to this many bytes per second.")
+    var limitRate: Int64?
+
+    @OptionGroup var receipts: ReceiptOptions
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        if let limitRate, limitRate <= 0 { throw ValidationError("--limit-rate must be positive") }
+    }
+
+    func run() async throws {
+        try await global.run { output in
+            let contentDirectory = URL(fileURLWithPath: content, isDirectory: true).standardizedFileURL
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: contentDirectory.path, isDirectory: &isDirectory), isDirectory.boolValue
+            else {
+                throw CourierError(.usage, "\(contentDirectory.path) is not a folder", hint: "run `courier prestage --dest DIR` first")
+            }
+            let configuration = OriginConfiguration(
+                contentDirectory: contentDirectory,
+                catalogFile: catalog.map { URL(fileURLWithPath: $0).standardizedFileURL },
+                host: host,
+                port: port,
+                rateLimit: limitRate
+            )
+            let json = global.json
+            var logger = Logger(label: "courier.origin") { label in
+                json ? NDJSONLogHandler(label: label, descriptor: STDERR_FILENO) as any LogHandler : StreamLogHandler.standardError(label: label)
+            }
+            logger.logLevel = .notice
+            let accessLog = Logger(label: "courier.access") { label in
+                json ? NDJSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardOutput(label: label)
+            }
+            let gate = try makeGate(configuration: try global.loadConfiguration())
+            let origin = ContentOrigin(
+                configuration: configuration,
+                gate: gate,
+                logger: logger,
+                accessLog: accessLog
+            ) { boundPort in
+                let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(boundPort)"
+                if json {
+                    output.emit([
+                        "event": "listening", "host": host, "port": boundPort, "url": url,
+                        "content": contentDirectory.path, "gated": !self.public,
+                    ])
+                } else {
+                    output.line("courier: serving \(contentDirectory.path) on \(url)\(self.public ? " (public, no receipt gate)" : "")")
+                }
+            }
+            let group = ServiceGroup(
+                configuration: ServiceGroupConfiguration(
+                    services: [origin],
+                    gracefulShutdownSignals: [.sigterm, .sigint],
+                    logger: logger
+                )
+            )
+            try await group.run()
+            if json {
+                output.emit(["event": "stopped"])
+            } else {
+                output.note("courier: stopped")
+            }
+        }
+    }
+
+    /// The receipt gate (trust roots, bundle id, environments from the configuration and the
+    /// receipt options), or the public gate with `--public`.
+    private func makeGate(configuration: CourierConfiguration) throws -> any AccessGate {
+        if `public` { return PublicAccessGate() }
+        var configuration = configuration
+        receipts.apply(to: &configuration)
+        guard !configuration.receipts.trustRoots.isEmpty else {
+            throw CourierError(
+                .usage,
+                "the receipt gate needs trusted root certificates",
+                hint: "pass --trust-root PATH (or set receipts.trustRoots), or --public to serve without receipts"
+            )
+        }
+        let files = configuration.receipts.trustRoots.map { configuration.resolvePath($0) }
+        let verifier = SignedTransactionVerifier(
+            trustedRoots: try TrustRoots.load(files),
+            bundleId: configuration.receipts.bundleId,
+            environments: configuration.receipts.environments,
+            clockSkew: configuration.receipts.clockSkew
+        )
+        return ReceiptAccessGate(verifier: verifier)
+    }
+}

@@ -1,0 +1,71 @@
+import Foundation
+
+/// What a `Range` request header asks of a representation of `length` bytes (RFC 9110 §14).
+///
+/// Only single byte ranges are served. A header that is absent, malformed, names another unit or
+/// asks for several ranges is ignored (`.whole`: the full representation with 200), as RFC 9110
+/// allows; a well-formed single range that starts past the end is `.unsatisfiable` (416).
+public enum ByteRangeRequest: Sendable, Equatable {
+    /// Serve the whole representation (200).
+    case whole
+    /// Serve these bytes (206); the bounds are inclusive and within the representation.
+    case partial(ClosedRange<Int64>)
+    /// Nothing of the representation can be served (416 with `Content-Range: bytes */length`).
+    case unsatisfiable
+
+    /// Interprets `header` against a representation of `length` bytes.
+    public init(header: String?, length: Int64) {
+        guard let header else {
+            self = .whole
+            return
+        }
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        guard trimmed.lowercased().hasPrefix("bytes=") else {
+            self = .whole
+            return
+        }
+        let spec = trimmed.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
+        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else {
+            self = .whole
+            return
+        }
+        let first = spec[..<dash].trimmingCharacters(in: .whitespaces)
+        let last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
+        if first.isEmpty {
+            // A suffix range: the last N bytes.
+            guard let suffix = Self.digits(last) else {
+                self = .whole
+                return
+            }
+            guard suffix > 0, length > 0 else {
+                self = .unsatisfiable
+                return
+            }
+            self = .partial(max(0, length - suffix)...(length - 1))
+            return
+        }
+        guard let start = Self.digits(first) else {
+            self = .whole
+            return
+        }
+        var end = length - 1
+        if !last.isEmpty {
+            guard let value = Self.digits(last), value >= start else {
+                self = .whole
+                return
+            }
+            end = min(value, length - 1)
+        }
+        guard start < length else {
+            self = .unsatisfiable
+            return
+        }
+        self = .partial(start...end)
+    }
+
+    /// A non-negative decimal integer, or nil (signs, spaces inside and overflow are refused).
+    private static func digits(_ text: String) -> Int64? {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return Int64(text)
+    }
+}

@@ -1,0 +1,47 @@
+import Courier
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+
+/// The content origin behind `courier serve`: a Hummingbird HTTP/1.1 server over a folder that
+/// `courier prestage` published, gated by an `AccessGate`.
+///
+/// A `Service`: run it in a `ServiceGroup` (the CLI does, with SIGTERM/SIGINT as graceful
+/// shutdown signals); on graceful shutdown it stops accepting connections and lets responses in
+/// flight finish. `onListening` is called once with the port actually bound (useful with port 0).
+public struct ContentOrigin: Service {
+    public let configuration: OriginConfiguration
+    let application: Application<OriginResponder>
+
+    /// - Parameters:
+    ///   - logger: the server's own log (start, stop, errors).
+    ///   - accessLog: one `info` entry per request with `http.*` metadata, `content-id` and
+    ///     `transaction-id`; never a token.
+    public init(
+        configuration: OriginConfiguration,
+        gate: any AccessGate,
+        logger: Logger,
+        accessLog: Logger,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) {
+        self.configuration = configuration
+        let responder = OriginResponder(configuration: configuration, gate: gate, accessLog: accessLog)
+        self.application = Application(
+            responder: responder,
+            configuration: ApplicationConfiguration(
+                address: .hostname(configuration.host, port: configuration.port),
+                serverName: "courier"
+            ),
+            onServerRunning: { channel in
+                await onListening(channel.localAddress?.port ?? configuration.port)
+            },
+            logger: logger
+        )
+    }
+
+    public func run() async throws {
+        try await application.run()
+    }
+}

@@ -1,0 +1,236 @@
+import Courier
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+
+/// Answers the origin's requests: `/health`, `/catalog.json` (ETag, 304) and the packages the
+/// catalog lists (gate, then GET/HEAD with a single byte range, If-Range, If-None-Match, 416),
+/// streamed from disk. Writes one access-log entry per request, after its body was sent.
+struct OriginResponder: HTTPResponder {
+    typealias Context = BasicRequestContext
+
+    let configuration: OriginConfiguration
+    let catalogSource: CatalogSource
+    let gate: any AccessGate
+    let accessLog: Logger
+
+    init(configuration: OriginConfiguration, gate: any AccessGate, accessLog: Logger) {
+        self.configuration = configuration
+        self.catalogSource = CatalogSource(file: configuration.catalogFile)
+        self.gate = gate
+        self.accessLog = accessLog
+    }
+
+    func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
+        let started = ContinuousClock.now
+        var entry = AccessEntry(method: request.method.rawValue, target: request.uri.path, range: request.headers[.range])
+        var response = await route(request, context: context, entry: &entry)
+        if request.method == .head {
+            response = Response(status: response.status, headers: response.headers, body: ResponseBody())
+        }
+        let status = response.status.code
+        let log = accessLog
+        guard response.body.contentLength ?? 0 > 0 else {
+            entry.write(to: log, status: status, bytes: 0, started: started, failure: nil)
+            return response
+        }
+        // Log when the body has been handed to the connection (or failed part way).
+        let body = response.body
+        let finished = entry
+        response.body = ResponseBody(contentLength: body.contentLength) { writer in
+            let count = CountingWriter.Count()
+            do {
+                try await body.write(CountingWriter(inner: writer, count: count))
+                finished.write(to: log, status: status, bytes: count.value, started: started, failure: nil)
+            } catch {
+                finished.write(to: log, status: status, bytes: count.value, started: started, failure: "\(error)")
+                throw error
+            }
+        }
+        return response
+    }
+
+    private func route(_ request: Request, context: BasicRequestContext, entry: inout AccessEntry) async -> Response {
+        guard request.method == .get || request.method == .head else {
+            var response = Self.error(.methodNotAllowed, code: "methodNotAllowed", "only GET and HEAD are served")
+            response.headers[.allow] = "GET, HEAD"
+            return response
+        }
+        guard let path = PublishedCatalog.requestPath(request.uri.path) else {
+            return Self.error(.badRequest, code: "badRequest", "the request target is not a path")
+        }
+        if path == "/health" {
+            let catalogReady = (try? catalogSource.current()) != nil
+            return Self.json(.ok, ["status": "ok", "catalog": catalogReady ? "published" : "missing"])
+        }
+        let published: PublishedCatalog
+        do {
+            published = try catalogSource.current()
+        } catch let error as CourierError {
+            return Self.error(.serviceUnavailable, code: "noCatalog", error.message)
+        } catch {
+            return Self.error(.serviceUnavailable, code: "noCatalog", "\(error)")
+        }
+        if path == "/catalog.json" {
+            return catalogResponse(published, request: request)
+        }
+        guard let served = published.index[path] else {
+            return Self.error(.notFound, code: "notFound", "\(path) is not in the catalog")
+        }
+        entry.contentIdentifier = served.contentIdentifier
+        switch await gate.authorize(bearer: Self.bearer(request), content: served, catalog: published.catalog) {
+        case .unauthorized(let reason):
+            var response = Self.error(.unauthorized, code: CourierError.Code.serverRejected.rawValue, reason)
+            response.headers[.wwwAuthenticate] = "Bearer realm=\"courier\""
+            return response
+        case .forbidden(let reason):
+            return Self.error(.forbidden, code: CourierError.Code.notEntitled.rawValue, reason)
+        case .allowed(let subject):
+            entry.subject = subject
+        }
+        let filePath = configuration.contentDirectory.path + path
+        guard let file = StaticFile.lookup(path: filePath) else {
+            accessLog.error("a package the catalog lists is missing", metadata: ["file": "\(filePath)"])
+            return Self.error(.notFound, code: "notFound", "\(path) is listed but not staged")
+        }
+        return fileResponse(file, request: request, context: context, contentType: "application/zip")
+    }
+
+    private func catalogResponse(_ published: PublishedCatalog, request: Request) -> Response {
+        var headers = HTTPFields()
+        headers[.eTag] = published.etag
+        headers[.cacheControl] = "no-cache"
+        headers[.contentType] = "application/json"
+        if Self.matches(ifNoneMatch: request.headers[values: .ifNoneMatch], etag: published.etag) {
+            return Response(status: .notModified, headers: headers)
+        }
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: published.data)))
+    }
+
+    private func fileResponse(_ file: StaticFile, request: Request, context: BasicRequestContext, contentType: String) -> Response {
+        var headers = HTTPFields()
+        let etag = file.etag
+        let lastModified = file.lastModified.httpDate
+        headers[.eTag] = etag
+        headers[.lastModified] = lastModified
+        headers[.acceptRanges] = "bytes"
+        headers[.contentType] = contentType
+        if Self.matches(ifNoneMatch: request.headers[values: .ifNoneMatch], etag: etag) {
+            return Response(status: .notModified, headers: headers)
+        }
+        var range = ByteRangeRequest(header: request.headers[.range], length: file.length)
+        if range != .whole, let ifRange = request.headers[.ifRange] {
+            // If-Range: the range only if the representation is still the one the client holds.
+            let stillValid = ifRange.hasPrefix("\"") ? ifRange == etag : ifRange == lastModified
+            if !stillValid { range = .whole }
+        }
+        let bytes: ClosedRange<Int64>?
+        let status: HTTPResponse.Status
+        switch range {
+        case .unsatisfiable:
+            var response = Self.error(.rangeNotSatisfiable, code: "rangeNotSatisfiable", "the range is outside the file")
+            response.headers[.contentRange] = "bytes */\(file.length)"
+            response.headers[.eTag] = etag
+            response.headers[.lastModified] = lastModified
+            response.headers[.acceptRanges] = "bytes"
+            return response
+        case .partial(let partial):
+            headers[.contentRange] = "bytes \(partial.lowerBound)-\(partial.upperBound)/\(file.length)"
+            bytes = partial
+            status = .partialContent
+        case .whole:
+            bytes = file.length > 0 ? 0...(file.length - 1) : nil
+            status = .ok
+        }
+        guard let bytes else {
+            return Response(status: status, headers: headers, body: ResponseBody())
+        }
+        let chunkSize = configuration.chunkSize
+        let rateLimit = configuration.rateLimit
+        let allocator = ByteBufferAllocator()
+        let body = ResponseBody(contentLength: Int(bytes.count)) { writer in
+            try await file.stream(range: bytes, chunkSize: chunkSize, rateLimit: rateLimit, allocator: allocator) { chunk in
+                try await writer.write(chunk)
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    /// The token of `Authorization: Bearer <token>`, nil when absent or another scheme.
+    static func bearer(_ request: Request) -> String? {
+        guard let value = request.headers[.authorization] else { return nil }
+        let parts = value.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        return parts[1].trimmingCharacters(in: .whitespaces)
+    }
+
+    static func matches(ifNoneMatch values: [String], etag: String) -> Bool {
+        for value in values {
+            for candidate in value.split(separator: ",") {
+                let tag = candidate.trimmingCharacters(in: .whitespaces)
+                if tag == "*" || tag == etag || tag == "W/" + etag { return true }
+            }
+        }
+        return false
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ object: [String: String]) -> Response {
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        headers[.cacheControl] = "no-store"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// A JSON error body: `{"error": code, "message": text, "status": n}`.
+    static func error(_ status: HTTPResponse.Status, code: String, _ message: String) -> Response {
+        json(status, ["error": code, "message": message, "status": "\(status.code)"])
+    }
+}
+
+/// What the access log records about one request; the token is never among it.
+struct AccessEntry: Sendable {
+    var method: String
+    var target: String
+    var range: String?
+    var contentIdentifier: String?
+    var subject: String?
+
+    func write(to logger: Logger, status: Int, bytes: Int64, started: ContinuousClock.Instant, failure: String?) {
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        var metadata: Logger.Metadata = [
+            "http.method": "\(method)",
+            "http.target": "\(target)",
+            "http.status": "\(status)",
+            "http.bytes": "\(bytes)",
+            "duration-ms": "\(String(format: "%.1f", milliseconds))",
+        ]
+        if let range { metadata["http.range"] = "\(range)" }
+        if let contentIdentifier { metadata["content-id"] = "\(contentIdentifier)" }
+        if let subject { metadata["transaction-id"] = "\(subject)" }
+        if let failure { metadata["error"] = "\(failure)" }
+        logger.info("access", metadata: metadata)
+    }
+}
+
+/// Passes body chunks on and counts their bytes, for the access log.
+struct CountingWriter: ResponseBodyWriter {
+    /// A counter the body closure and the logger share; used by one request's task at a time.
+    final class Count: @unchecked Sendable {  // @unchecked: mutated only by the writing task, read after it.
+        var value: Int64 = 0
+    }
+    var inner: any ResponseBodyWriter
+    let count: Count
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        try await inner.write(buffer)
+        count.value += Int64(buffer.readableBytes)
+    }
+
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
+        try await inner.finish(trailingHeaders)
+    }
+}

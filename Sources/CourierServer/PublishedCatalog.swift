@@ -1,0 +1,106 @@
+import Courier
+import Crypto
+import Foundation
+
+/// One package the catalog lists and the origin serves: the request path it answers to, the
+/// file under the content folder, and whose content it is.
+public struct ServedContent: Sendable, Equatable {
+    /// The decoded request path, e.g. `/packages/com.example.pack1/<sha256>.zip`.
+    public var path: String
+    /// The folder name a client places it under: the product id, or `<productId>.<itemId>`.
+    public var contentIdentifier: String
+    public var productId: String
+    /// The subscription item, for a subscription product's issue.
+    public var itemId: String?
+    public var content: Catalog.Content
+}
+
+/// The catalog the origin serves, as read from disk at one moment: its exact bytes (served at
+/// `/catalog.json`), their strong ETag, the decoded catalog, and the index from request paths to
+/// the packages it lists. Only listed packages are served; every other path is 404.
+public struct PublishedCatalog: Sendable {
+    public let data: Data
+    /// `"<sha256 of the bytes>"`: strong, and equal on every origin serving the same catalog.
+    public let etag: String
+    public let catalog: Catalog
+    /// Decoded request path to the package it names. Absolute URLs elsewhere are not indexed.
+    public let index: [String: ServedContent]
+
+    /// Decodes `data` and indexes its relative package URLs against `/catalog.json`.
+    public init(data: Data) throws {
+        self.data = data
+        self.etag = "\"" + SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() + "\""
+        self.catalog = try Catalog.decode(data)
+        var index: [String: ServedContent] = [:]
+        let base = URL(string: "http://origin.invalid/catalog.json")
+        for product in catalog.products {
+            var entries: [(String, String?, Catalog.Content)] = []
+            if let content = product.content { entries.append((product.productId, nil, content)) }
+            for item in product.items ?? [] {
+                entries.append(("\(product.productId).\(item.itemId)", item.itemId, item.content))
+            }
+            for (identifier, itemId, content) in entries {
+                guard let url = Catalog.resolve(content.url, relativeTo: base), url.host == "origin.invalid" else {
+                    continue
+                }
+                let path = url.path
+                index[path] = ServedContent(
+                    path: path,
+                    contentIdentifier: identifier,
+                    productId: product.productId,
+                    itemId: itemId,
+                    content: content
+                )
+            }
+        }
+        self.index = index
+    }
+
+    /// The decoded path of a request target (percent-decoding, dot segments removed); nil if it
+    /// cannot be a path.
+    public static func requestPath(_ target: String) -> String? {
+        let pathOnly = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        guard pathOnly.hasPrefix("/"), let url = URL(string: "http://origin.invalid" + pathOnly) else { return nil }
+        return url.standardized.path
+    }
+}
+
+/// Reads the catalog file on demand and keeps the last decoded copy until the file changes
+/// (another inode, size or modification time), so a catalog that `courier prestage` publishes
+/// by rename is picked up by the next request, and a reader never sees half of one.
+final class CatalogSource: @unchecked Sendable {  // @unchecked: `cached` is guarded by `lock`.
+    let file: URL
+    private let lock = NSLock()
+    private var cached: (identity: StaticFile, catalog: PublishedCatalog)?
+
+    init(file: URL) {
+        self.file = file
+    }
+
+    /// The current catalog; throws `notFound` when there is none and `usage` when it is invalid.
+    func current() throws -> PublishedCatalog {
+        guard let identity = StaticFile.lookup(path: file.path) else {
+            throw CourierError(.notFound, "no catalog at \(file.path)", hint: "run `courier prestage` into the content folder")
+        }
+        lock.lock()
+        if let cached, cached.identity.sameFile(as: identity) {
+            lock.unlock()
+            return cached.catalog
+        }
+        lock.unlock()
+        let data: Data
+        do {
+            data = try Data(contentsOf: file)
+        } catch {
+            throw CourierError(.io, "cannot read the catalog \(file.path)", cause: "\(error)")
+        }
+        let catalog = try PublishedCatalog(data: data)
+        // Cache only if the file did not change while it was read.
+        if let after = StaticFile.lookup(path: file.path), after.sameFile(as: identity) {
+            lock.lock()
+            cached = (identity, catalog)
+            lock.unlock()
+        }
+        return catalog
+    }
+}

@@ -1,0 +1,99 @@
+import Courier
+import CourierTestSupport
+import Foundation
+import Testing
+
+/// Issue 6's end-to-end path, every part a real process: nginx as the upstream, `courier
+/// prestage` into a folder, `courier serve` over it with the receipt gate, and `courier get` as
+/// the client presenting a sandbox purchase (an App Store-shaped signed transaction).
+@Suite("End to end: prestage from nginx, serve with the receipt gate, download with a purchase", .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+struct EndToEndTests {
+    @Test("a purchase downloads its package through the gate and survives kill -9; another product's purchase gets 403 and exit 3")
+    func prestageServeDeliver() throws {
+        let work = try TemporaryDirectory(prefix: "courier-e2e")
+        defer { work.remove() }
+        // The upstream: two real packages and a catalog on nginx.
+        let upstream = work.appending("upstream")
+        try FileManager.default.createDirectory(at: upstream, withIntermediateDirectories: true)
+        var products: [Catalog.Product] = []
+        for (productId, size) in [("com.example.levels.pack1", 8 << 20), ("com.example.levels.pack2", 10_000)] {
+            let file = upstream.appendingPathComponent("\(productId).zip")
+            try PackageFixtures.infoZip(
+                product: productId, version: "1.0", files: ["level.bin": PackageFixtures.noise(size, seed: UInt64(size))], at: file, level: 0
+            )
+            let digest = try Shell.run("/usr/bin/sha256sum", [file.path]).stdout.prefix(64)
+            let length = try FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int ?? 0
+            products.append(
+                Catalog.Product(
+                    productId: productId,
+                    content: Catalog.Content(url: "\(productId).zip", sha256: String(digest), length: Int64(length), version: "1.0", placement: .documents)
+                )
+            )
+        }
+        try Catalog(bundleId: "com.example.app", products: products).encoded().write(to: upstream.appendingPathComponent("catalog.json"))
+        let nginx = try NginxServer(root: upstream)
+        defer { nginx.stop() }
+
+        // Pre-stage, then serve with the sandbox store's root as the trust root.
+        let staged = work.appending("staged")
+        let prestage = try CourierBinary.run(["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", staged.path])
+        #expect(prestage.status == 0, "\(prestage.stderr)")
+        let store = try SandboxStore.create(at: work.appending("sandbox"))
+        let scratch = try TemporaryDirectory()
+        defer { scratch.remove() }
+        let (serve, port, serveLog) = try ServeCommandTests.startServe(
+            [
+                "--content", staged.path, "--trust-root", store.rootCertificateFile.path, "--bundle-id", "com.example.app",
+                "--environment", "Sandbox", "--limit-rate", "\(2 << 20)",
+            ],
+            scratch: scratch
+        )
+        defer {
+            kill(serve.processIdentifier, SIGTERM)
+            serve.waitUntilExit()
+        }
+        let published = try Catalog.decode(Data(contentsOf: staged.appendingPathComponent("catalog.json")))
+        let pack1 = try #require(published.product("com.example.levels.pack1")?.content)
+        let packageURL = "http://127.0.0.1:\(port)/\(pack1.url)"
+        let purchase = try store.purchase(productId: "com.example.levels.pack1")
+        let otherPurchase = try store.purchase(productId: "com.example.levels.pack2")
+
+        // Another product's purchase: 403, exit 3, nothing written.
+        let refusedFile = work.appending("refused.zip")
+        let refused = try CourierBinary.run(["get", packageURL, "-o", refusedFile.path, "-H", "Authorization: Bearer \(otherPurchase)"])
+        #expect(refused.status == 3)
+        #expect(!FileManager.default.fileExists(atPath: refusedFile.path))
+        // No purchase at all: 401, exit 3.
+        let anonymous = try CourierBinary.run(["get", packageURL, "-o", refusedFile.path])
+        #expect(anonymous.status == 3)
+
+        // The purchase: killed with SIGKILL part way, then resumed to the verified package.
+        let output = work.appending("pack1.zip")
+        let arguments = ["get", packageURL, "-o", output.path, "--sha256", pack1.sha256, "--length", "\(pack1.length)", "-H", "Authorization: Bearer \(purchase)"]
+        let client = try CourierBinary.start(arguments)
+        let deadline = Date().addingTimeInterval(60)
+        var killedAt = 0
+        while Date() < deadline, client.isRunning {
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: work.path)) ?? []
+            if let partial = files.first(where: { $0.hasPrefix("pack1.zip") && $0 != "pack1.zip" && !$0.hasSuffix(".json") && !$0.contains("journal") }) {
+                killedAt = (try? FileManager.default.attributesOfItem(atPath: work.appending(partial).path)[.size] as? Int) ?? 0
+                if killedAt > 2 << 20 { break }
+            }
+            usleep(50_000)
+        }
+        kill(client.processIdentifier, SIGKILL)
+        client.waitUntilExit()
+        #expect(killedAt > 2 << 20, "the client should have been killed part way")
+        #expect(!FileManager.default.fileExists(atPath: output.path))
+        let resumed = try CourierBinary.run(arguments)
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(try Data(contentsOf: output) == (try Data(contentsOf: upstream.appendingPathComponent("com.example.levels.pack1.zip"))))
+        // The origin's access log: the resume was a range request, let in for the purchase's transaction.
+        let access = ((try? String(contentsOf: serveLog, encoding: .utf8)) ?? "").split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }.filter { $0["message"] as? String == "access" && $0["content-id"] as? String == "com.example.levels.pack1" }
+        #expect(access.map { $0["http.status"] as? Int } .contains(206))
+        #expect(access.map { $0["http.status"] as? Int } .contains(403))
+        #expect(!access.contains { "\($0)".contains(purchase) }, "the access log must not contain the token")
+    }
+}
