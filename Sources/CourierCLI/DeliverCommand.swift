@@ -82,7 +82,7 @@ final class DeliveryRuntime: Sendable {
             layout: layout, store: store, packages: configuration.packages, placement: configuration.placement, logger: logger)
         try placer.recover()
         pipeline = DeliveryPipeline(
-            queue: queue, downloader: TransferDownloadStage(engine: engine), installer: PlacementInstallStage(placer: placer),
+            queue: queue, downloader: TransferDownloadStage(engine: engine, credentials: TransferDownloadStage.bearerCredentials(from: queue)), installer: PlacementInstallStage(placer: placer),
             logger: logger)
     }
 

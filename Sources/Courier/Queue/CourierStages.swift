@@ -4,12 +4,30 @@ import Foundation
 /// journal in the state database.
 public struct TransferDownloadStage: ContentDownloading {
     public let engine: TransferEngine
-    /// Extra request headers for the origin (a receipt-gated origin's credentials). Never logged.
+    /// Extra request headers for the origin. Never logged.
     public let headers: [(String, String)]
+    /// Per-download headers: a receipt-gated origin's credentials (`Authorization: Bearer` with
+    /// the signed transaction that entitles the download). Never logged.
+    public let credentials: @Sendable (DownloadRecord) -> [(String, String)]
 
-    public init(engine: TransferEngine, headers: [(String, String)] = []) {
+    public init(
+        engine: TransferEngine,
+        headers: [(String, String)] = [],
+        credentials: @escaping @Sendable (DownloadRecord) -> [(String, String)] = { _ in [] }
+    ) {
         self.engine = engine
         self.headers = headers
+        self.credentials = credentials
+    }
+
+    /// Credentials from the queue: the signed transaction of the download's transaction, sent as
+    /// `Authorization: Bearer` (what `courier serve`'s receipt gate verifies). A legacy receipt's
+    /// transaction has no signed form, so its downloads go without.
+    public static func bearerCredentials(from queue: PaymentQueue) -> @Sendable (DownloadRecord) -> [(String, String)] {
+        { download in
+            guard let token = (try? queue.transaction(download.transactionId))??.verified.signedTransaction else { return [] }
+            return [("Authorization", "Bearer \(token)")]
+        }
     }
 
     public func download(
@@ -21,7 +39,7 @@ public struct TransferDownloadStage: ContentDownloading {
         let request = DownloadRequest(
             id: download.id, url: download.url, destination: destination,
             partialFile: URL(fileURLWithPath: download.partialPath), expectedLength: download.length,
-            expectedSHA256: download.sha256, headers: headers, additionalSpaceNeeded: download.unpackedLength ?? 0)
+            expectedSHA256: download.sha256, headers: headers + credentials(download), additionalSpaceNeeded: download.unpackedLength ?? 0)
         let result = try await engine.download(request, journal: journal) { update in
             progress(
                 DownloadProgress(

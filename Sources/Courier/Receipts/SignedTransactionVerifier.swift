@@ -48,7 +48,9 @@ public struct SignedTransactionVerifier: Sendable {
     public func verifyAllowingRevocation(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
         let payload = try await verifiedPayload(compactJWS)
         try checkClaims(payload, now: now)
-        return payload.verifiedTransaction
+        var transaction = payload.verifiedTransaction
+        transaction.signedTransaction = compactJWS.trimmingCharacters(in: .whitespacesAndNewlines)
+        return transaction
     }
 
     /// The `revoked` rejection of `transaction`.

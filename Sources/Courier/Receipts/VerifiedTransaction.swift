@@ -17,6 +17,9 @@ public struct VerifiedTransaction: Sendable, Codable, Equatable, Hashable {
     public var environment: String
     /// When the App Store signed it.
     public var signedDate: Date
+    /// The compact JWS this transaction was verified from (nil for a legacy receipt's entry).
+    /// A receipt-gated origin takes it as `Authorization: Bearer`; never logged.
+    public var signedTransaction: String?
 
     public init(
         transactionId: String,
@@ -28,7 +31,8 @@ public struct VerifiedTransaction: Sendable, Codable, Equatable, Hashable {
         expiresDate: Date? = nil,
         revocationDate: Date? = nil,
         environment: String,
-        signedDate: Date
+        signedDate: Date,
+        signedTransaction: String? = nil
     ) {
         self.transactionId = transactionId
         self.originalTransactionId = originalTransactionId
@@ -40,5 +44,6 @@ public struct VerifiedTransaction: Sendable, Codable, Equatable, Hashable {
         self.revocationDate = revocationDate
         self.environment = environment
         self.signedDate = signedDate
+        self.signedTransaction = signedTransaction
     }
 }
