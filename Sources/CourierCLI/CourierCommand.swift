@@ -22,6 +22,7 @@ struct CourierCommand: AsyncParsableCommand {
             DiscardCommand.self,
             DeliverCommand.self,
             EnqueueCommand.self,
+            AgentCommand.self,
             GetCommand.self,
             ReceiptCommand.self,
             SandboxCommand.self,

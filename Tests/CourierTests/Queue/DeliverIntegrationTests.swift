@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// A sandbox store, packages made by Info-ZIP `zip`, a catalog and an nginx origin on loopback.
-private struct Shop {
+struct Shop {
     let directory: TemporaryDirectory
     let sandbox: SandboxStore
     let nginx: NginxServer
@@ -214,5 +214,48 @@ struct DeliverIntegrationTests {
         let package = try FileManager.default.attributesOfItem(
             atPath: shop.nginx.root.appendingPathComponent("\(Shop.products[0]).zip").path)[.size] as? Int ?? 0
         #expect(fetches.reduce(0) { $0 + $1.1 } < package + package / 2, "\(fetches)")
+    }
+
+    @Test("two resume --stalled processes at once after a kill -9: delivered once, nothing corrupted")
+    func twoResumersAtOnce() throws {
+        let shop = try Shop(payloadSize: 3 << 20, rateLimit: "1m")
+        defer { shop.stop() }
+        let receipt = try shop.receipt(Shop.products)
+        let process = try shop.start(shop.deliverArguments(receipt))
+        let deadline = Date().addingTimeInterval(60)
+        var active = false
+        while Date() < deadline && !active {
+            usleep(100_000)
+            let entries = try shop.courier(["list", "--json"]).events.first?["entries"] as? [[String: Any]] ?? []
+            active = entries.contains { ($0["bytesReceived"] as? Int ?? 0) > 0 }
+        }
+        #expect(active)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let stalled = try shop.courier(["list", "--stalled", "--json"]).events.first?["entries"] as? [[String: Any]] ?? []
+        #expect(!stalled.isEmpty)
+        #expect(stalled.allSatisfy { $0["stalled"] as? String == "ownerDied" })
+
+        let logs = shop.directory
+        let first = try CourierBinary.start(
+            ["resume", "--stalled", "--storage", shop.storage.path],
+            environment: ["COURIER_CONFIG": logs.appending("courier.json").path], directory: logs.url,
+            stdout: logs.appending("a.out"), stderr: logs.appending("a.err"))
+        let second = try CourierBinary.start(
+            ["resume", "--stalled", "--storage", shop.storage.path],
+            environment: ["COURIER_CONFIG": logs.appending("courier.json").path], directory: logs.url,
+            stdout: logs.appending("b.out"), stderr: logs.appending("b.err"))
+        first.waitUntilExit()
+        second.waitUntilExit()
+        let errors = (try? String(contentsOf: logs.appending("a.err"), encoding: .utf8)) ?? ""
+        #expect(first.terminationStatus == 0, "\(errors)")
+        #expect(second.terminationStatus == 0, "\((try? String(contentsOf: logs.appending("b.err"), encoding: .utf8)) ?? "")")
+        // Waiting ones that were never started are not stalled: deliver finishes the rest.
+        let finish = try shop.courier(shop.deliverArguments(receipt))
+        #expect(finish.status == 0, "\(finish.stderr)")
+        for product in Shop.products { #expect(shop.isPlaced(product), "\(product)") }
+        let entries = try shop.courier(["list", "--all", "--json"]).events.first?["entries"] as? [[String: Any]] ?? []
+        #expect(entries.count == 3)
+        #expect(entries.allSatisfy { $0["transactionState"] as? String == "finished" })
     }
 }
