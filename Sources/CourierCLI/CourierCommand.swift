@@ -28,6 +28,9 @@ struct CourierCommand: AsyncParsableCommand {
             SandboxCommand.self,
             PackageCommand.self,
             ContentCommand.self,
+            GetCommand.self,
+            ReceiptCommand.self,
+            SandboxCommand.self,
         ]
     )
 

@@ -92,7 +92,8 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
                 ])
             } else {
                 for entry in entitled {
-                    let url = Catalog.resolve(entry.content.url, relativeTo: loaded.url)?.absoluteString ?? entry.content.url
+                    let url =
+                        Catalog.resolve(entry.content.url, relativeTo: loaded.url)?.absoluteString ?? entry.content.url
                     output.line(
                         "\(entry.contentIdentifier)  version \(entry.content.version)  \(entry.content.placement.rawValue)  \(entry.content.length) bytes  \(url)  (transaction \(entry.transactionId))"
                     )
@@ -186,11 +187,19 @@ enum ReceiptCLI {
     }
 
     /// A catalog from a file or an http(s) URL, and its location for resolving relative URLs.
-    static func loadCatalog(_ location: String, transport: any HTTPTransport) async throws -> (catalog: Catalog, url: URL?) {
-        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" {
+    static func loadCatalog(
+        _ location: String,
+        transport: any HTTPTransport
+    ) async throws -> (catalog: Catalog, url: URL?) {
+        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https"
+        {
             let response = try await transport.send(HTTPRequest(url: url))
             guard response.status == 200 else {
-                throw CourierError(.network, "the catalog \(location) answered HTTP \(response.status)", cause: "HTTP \(response.status)")
+                throw CourierError(
+                    .network,
+                    "the catalog \(location) answered HTTP \(response.status)",
+                    cause: "HTTP \(response.status)"
+                )
             }
             return (try Catalog.decode(response.body), url)
         }

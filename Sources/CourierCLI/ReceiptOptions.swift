@@ -7,7 +7,10 @@ import Foundation
 struct ReceiptOptions: ParsableArguments {
     @Option(
         name: .customLong("trust-root"),
-        help: ArgumentHelp("A trusted root certificate, DER or PEM (repeatable); replaces receipts.trustRoots.", valueName: "path")
+        help: ArgumentHelp(
+            "A trusted root certificate, DER or PEM (repeatable); replaces receipts.trustRoots.",
+            valueName: "path"
+        )
     )
     var trustRoots: [String] = []
 
@@ -21,9 +24,14 @@ struct ReceiptOptions: ParsableArguments {
     var environments: [String] = []
 
     func validate() throws {
-        for environment in environments where !["Production", "Sandbox", "Xcode", "LocalTesting"].contains(environment) {
+        for environment in environments where Self.canonicalEnvironment(environment) == nil {
             throw ValidationError("--environment must be Production or Sandbox, not \(environment)")
         }
+    }
+
+    /// The App Store's spelling of an environment name given in any case.
+    static func canonicalEnvironment(_ name: String) -> String? {
+        ["Production", "Sandbox", "Xcode", "LocalTesting"].first { $0.lowercased() == name.lowercased() }
     }
 
     /// Applies these options over `configuration.receipts`. `--trust-root` paths are taken
@@ -36,7 +44,9 @@ struct ReceiptOptions: ParsableArguments {
             }
         }
         if let bundleId { configuration.receipts.bundleId = bundleId }
-        if !environments.isEmpty { configuration.receipts.environments = Set(environments) }
+        if !environments.isEmpty {
+            configuration.receipts.environments = Set(environments.map { Self.canonicalEnvironment($0) ?? $0 })
+        }
     }
 
     /// The configuration with these options applied, and a validator for it.

@@ -49,7 +49,9 @@ struct SandboxInitCommand: AsyncParsableCommand {
                 ])
             } else {
                 output.line("\(created ? "created" : "kept") the sandbox store in \(store.directory.path)")
-                output.line("trusted root: \(store.rootCertificateFile.path) (DER: \(store.rootCertificateDERFile.path))")
+                output.line(
+                    "trusted root: \(store.rootCertificateFile.path) (DER: \(store.rootCertificateDERFile.path))"
+                )
                 output.line("verify with:  courier receipt verify FILE --trust-root \(store.rootCertificateFile.path)")
             }
         }
@@ -63,7 +65,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
         abstract: "Print a signed transaction for PRODUCT, signed by the sandbox chain.",
         discussion: """
             Dates are ISO 8601 (2026-02-20 or 2026-02-20T10:00:00Z), milliseconds since 1970, \
-            'now', or an offset from now such as -30d, +1h, +45m, +10s. An auto-renewable \
+            'now', or an offset from now such as -30d, +1h, +45m, +10s (write a negative offset as --revoked=-1h). An auto-renewable \
             subscription without --expires runs one month from its purchase date.
             """
     )
@@ -73,13 +75,18 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The product identifier.", valueName: "product"))
     var product: String
 
-    @Option(help: ArgumentHelp(
-        "non-consumable (default), consumable, non-renewing, auto-renewable (or the App Store's names).",
-        valueName: "type"
-    ))
+    @Option(
+        help: ArgumentHelp(
+            "non-consumable (default), consumable, non-renewing, auto-renewable (or the App Store's names).",
+            valueName: "type"
+        )
+    )
     var type: String = "non-consumable"
 
-    @Option(name: .customLong("purchase-date"), help: ArgumentHelp("When it was bought (default now).", valueName: "date"))
+    @Option(
+        name: .customLong("purchase-date"),
+        help: ArgumentHelp("When it was bought (default now).", valueName: "date")
+    )
     var purchaseDate: String?
 
     @Option(help: ArgumentHelp("When the subscription period ends.", valueName: "date"))
@@ -88,13 +95,19 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Production or Sandbox (default Sandbox).", valueName: "name"))
     var environment: String = "Sandbox"
 
-    @Option(name: .customLong("bundle-id"), help: ArgumentHelp("The bundle id (default: the configured one).", valueName: "id"))
+    @Option(
+        name: .customLong("bundle-id"),
+        help: ArgumentHelp("The bundle id (default: the configured one).", valueName: "id")
+    )
     var bundleId: String?
 
     @Option(help: ArgumentHelp("Mark it revoked (refunded) at this date.", valueName: "date"))
     var revoked: String?
 
-    @Option(name: .customLong("transaction-id"), help: ArgumentHelp("The transaction id (default a fresh one).", valueName: "id"))
+    @Option(
+        name: .customLong("transaction-id"),
+        help: ArgumentHelp("The transaction id (default a fresh one).", valueName: "id")
+    )
     var transactionId: String?
 
     @Option(
@@ -108,11 +121,15 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard Self.productType(type) != nil else {
-            throw ValidationError("--type must be non-consumable, consumable, non-renewing or auto-renewable, not \(type)")
+            throw ValidationError(
+                "--type must be non-consumable, consumable, non-renewing or auto-renewable, not \(type)"
+            )
         }
         for (name, value) in [("--purchase-date", purchaseDate), ("--expires", expires), ("--revoked", revoked)] {
             if let value, Self.date(value, now: Date()) == nil {
-                throw ValidationError("\(name) \(value) is not a date (ISO 8601, milliseconds, now, or an offset like -30d)")
+                throw ValidationError(
+                    "\(name) \(value) is not a date (ISO 8601, milliseconds, now, or an offset like -30d)"
+                )
             }
         }
     }
@@ -128,7 +145,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
                 productId: product,
                 type: productType,
                 bundleId: bundleId ?? configuration.receipts.bundleId,
-                environment: environment,
+                environment: ReceiptOptions.canonicalEnvironment(environment) ?? environment,
                 purchaseDate: purchaseDate.flatMap { Self.date($0, now: now) },
                 expiresDate: expires.flatMap { Self.date($0, now: now) },
                 revocationDate: revoked.flatMap { Self.date($0, now: now) },

@@ -46,9 +46,14 @@ public struct TestSigningChain {
             OrganizationName("Courier Tests")
         }
         root = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey),
-            notValidBefore: start, notValidAfter: start.addingTimeInterval(30 * year),
-            issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,
+            version: .v3,
+            serialNumber: .init(),
+            publicKey: .init(rootKey.publicKey),
+            notValidBefore: start,
+            notValidAfter: start.addingTimeInterval(30 * year),
+            issuer: rootName,
+            subject: rootName,
+            signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
@@ -57,9 +62,14 @@ public struct TestSigningChain {
         )
         let intermediateHasOID = options.intermediateHasOID
         intermediate = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(intermediateKey.publicKey),
-            notValidBefore: start, notValidAfter: start.addingTimeInterval(20 * year),
-            issuer: rootName, subject: intermediateName, signatureAlgorithm: .ecdsaWithSHA256,
+            version: .v3,
+            serialNumber: .init(),
+            publicKey: .init(intermediateKey.publicKey),
+            notValidBefore: start,
+            notValidAfter: start.addingTimeInterval(20 * year),
+            issuer: rootName,
+            subject: intermediateName,
+            signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
@@ -71,9 +81,14 @@ public struct TestSigningChain {
         )
         let leafHasOID = options.leafHasOID
         leaf = try Certificate(
-            version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey),
-            notValidBefore: options.leafNotBefore, notValidAfter: options.leafNotAfter,
-            issuer: intermediateName, subject: leafName, signatureAlgorithm: .ecdsaWithSHA256,
+            version: .v3,
+            serialNumber: .init(),
+            publicKey: .init(leafKey.publicKey),
+            notValidBefore: options.leafNotBefore,
+            notValidAfter: options.leafNotAfter,
+            issuer: intermediateName,
+            subject: leafName,
+            signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
@@ -150,7 +165,9 @@ public struct TestSigningChain {
         key: P256.Signing.PrivateKey? = nil
     ) throws -> String {
         let x5c = try (chain ?? [leaf, intermediate, root]).map { try Self.der($0).base64EncodedString() }
-        let header = try JSONSerialization.data(withJSONObject: ["alg": alg, "x5c": x5c, "typ": "JWT"] as [String: Any])
+        let header = try JSONSerialization.data(
+            withJSONObject: ["alg": alg, "x5c": x5c, "typ": "JWT"] as [String: Any]
+        )
         let body = try JSONSerialization.data(withJSONObject: payload)
         let input = Self.base64url(header) + "." + Self.base64url(body)
         let signature = try (key ?? leafKey).signature(for: Data(input.utf8))

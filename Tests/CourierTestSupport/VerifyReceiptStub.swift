@@ -30,7 +30,11 @@ public final class VerifyReceiptStub: @unchecked Sendable {  // @unchecked: `ser
         server = try LoopbackHTTPServer { request, response in
             let service = request.path == "/sandbox" ? "sandbox" : "production"
             guard request.method == "POST" else {
-                response.send(200, headers: [("Content-Type", "application/json")], body: Data(#"{"status":21000}"#.utf8))
+                response.send(
+                    200,
+                    headers: [("Content-Type", "application/json")],
+                    body: Data(#"{"status":21000}"#.utf8)
+                )
                 return
             }
             switch respond(service, counter.next()) {

@@ -12,7 +12,13 @@ public struct EntitledContent: Sendable, Hashable, Codable {
     public var transactionId: String
     public var content: Catalog.Content
 
-    public init(contentIdentifier: String, productId: String, itemId: String?, transactionId: String, content: Catalog.Content) {
+    public init(
+        contentIdentifier: String,
+        productId: String,
+        itemId: String?,
+        transactionId: String,
+        content: Catalog.Content
+    ) {
         self.contentIdentifier = contentIdentifier
         self.productId = productId
         self.itemId = itemId
@@ -33,9 +39,15 @@ public struct EntitledContent: Sendable, Hashable, Codable {
 ///   subscribing or re-subscribing); nothing published during a lapse. Items published after
 ///   `now` are not yet available. A subscription transaction without `expiresDate` unlocks only
 ///   the item current at its purchase.
+/// - An auto-renewable subscription whose product has plain `content` (no items) unlocks it
+///   only while one of its periods is active at `now`, as StoreKit's current entitlements.
 public enum Entitlements {
     /// The content `transactions` unlock in `catalog`, ordered by product, then publication.
-    public static func content(for transactions: [VerifiedTransaction], catalog: Catalog, now: Date) -> [EntitledContent] {
+    public static func content(
+        for transactions: [VerifiedTransaction],
+        catalog: Catalog,
+        now: Date
+    ) -> [EntitledContent] {
         var seenTransactions = Set<String>()
         var unique: [VerifiedTransaction] = []
         for transaction in transactions.sorted(by: { $0.purchaseDate < $1.purchaseDate })
@@ -56,7 +68,9 @@ public enum Entitlements {
                 let end = min(transaction.expiresDate ?? start, now)
                 let available = items.filter { $0.publishedAt <= now }
                 var unlocked = available.filter { $0.publishedAt >= start && $0.publishedAt < end }
-                if let current = available.filter({ $0.publishedAt <= start }).max(by: { $0.publishedAt < $1.publishedAt }) {
+                if let current = available.filter({ $0.publishedAt <= start }).max(by: {
+                    $0.publishedAt < $1.publishedAt
+                }) {
                     unlocked.append(current)
                 }
                 for item in unlocked {
@@ -72,6 +86,12 @@ public enum Entitlements {
                     )
                 }
             } else if let content = product.content {
+                if transaction.type == .autoRenewable {
+                    // A subscription's single content is available while a period is active.
+                    guard transaction.purchaseDate <= now, let expires = transaction.expiresDate, now < expires else {
+                        continue
+                    }
+                }
                 add(
                     EntitledContent(
                         contentIdentifier: product.productId,

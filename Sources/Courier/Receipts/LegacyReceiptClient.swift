@@ -79,12 +79,16 @@ public struct LegacyReceiptClient: Sendable {
                             hint: "check receipts.verifyReceipt.productionURL and sandboxURL"
                         )
                     }
-                    logger.debug("verifyReceipt: status \(status), switching environment", metadata: ["service": "\(service)"])
+                    logger.debug(
+                        "verifyReceipt: status \(status), switching environment",
+                        metadata: ["service": "\(service)"]
+                    )
                     switches += 1
                     useSandbox = toSandbox
                     continue
                 default:
-                    let retryable = Status.retryable.contains(status)
+                    let retryable =
+                        Status.retryable.contains(status)
                         || ((21100...21199).contains(status) && Self.isRetryable(object))
                     if retryable && attempt < settings.retries {
                         try await backoff(attempt: attempt, reason: "status \(status)")
@@ -128,7 +132,9 @@ public struct LegacyReceiptClient: Sendable {
         } catch let error as CourierError {
             return error.code == .network ? .transient(error) : .fatal(error)
         } catch {
-            return .transient(CourierError(.network, "the verifyReceipt \(service) service did not answer", cause: "\(error)"))
+            return .transient(
+                CourierError(.network, "the verifyReceipt \(service) service did not answer", cause: "\(error)")
+            )
         }
         guard response.status == 200 else {
             let error = CourierError(
@@ -157,7 +163,11 @@ public struct LegacyReceiptClient: Sendable {
         let base = configuration.verifyReceipt.retryDelay * pow(2, Double(attempt))
         let delay = min(base, 30) * Double.random(in: 0.5...1.0)
         logger.debug("verifyReceipt: retrying", metadata: ["reason": "\(reason)", "delay": "\(delay)"])
-        try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))
+        do {
+            try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))
+        } catch {
+            throw CourierError(.cancelled, "receipt verification was cancelled while waiting to retry")
+        }
     }
 
     static func isRetryable(_ object: [String: Any]) -> Bool {
@@ -174,11 +184,17 @@ public struct LegacyReceiptClient: Sendable {
         let cause = "status \(status)"
         switch status {
         case 21000:
-            return CourierError(.internal, "the verifyReceipt \(service) service says the request was malformed", cause: cause)
+            return CourierError(
+                .internal,
+                "the verifyReceipt \(service) service says the request was malformed",
+                cause: cause
+            )
         case 21002:
             return ReceiptCheck.status.failure("the receipt data is malformed (status 21002, still after retries)")
         case 21003:
-            return ReceiptCheck.status.failure("the verifyReceipt service could not authenticate the receipt (status 21003)")
+            return ReceiptCheck.status.failure(
+                "the verifyReceipt service could not authenticate the receipt (status 21003)"
+            )
         case 21004:
             return CourierError(
                 .usage,
@@ -187,9 +203,15 @@ public struct LegacyReceiptClient: Sendable {
                 hint: "set receipts.verifyReceipt.sharedSecret or COURIER_SHARED_SECRET"
             )
         case 21005, 21009:
-            return CourierError(.network, "the verifyReceipt \(service) service is unavailable (status \(status), still after retries)", cause: cause)
+            return CourierError(
+                .network,
+                "the verifyReceipt \(service) service is unavailable (status \(status), still after retries)",
+                cause: cause
+            )
         case 21010:
-            return ReceiptCheck.status.failure("the receipt could not be authorized; treat it as if no purchase was made (status 21010)")
+            return ReceiptCheck.status.failure(
+                "the receipt could not be authorized; treat it as if no purchase was made (status 21010)"
+            )
         case 21100...21199:
             return CourierError(
                 .network,
@@ -197,7 +219,9 @@ public struct LegacyReceiptClient: Sendable {
                 cause: cause
             )
         default:
-            return ReceiptCheck.status.failure("the verifyReceipt service refused the receipt with unknown status \(status)")
+            return ReceiptCheck.status.failure(
+                "the verifyReceipt service refused the receipt with unknown status \(status)"
+            )
         }
     }
 
@@ -220,7 +244,8 @@ public struct LegacyReceiptClient: Sendable {
                 hint: "pass --environment \(environment) to accept it"
             )
         }
-        let signedDate = Self.date(receipt["request_date_ms"]) ?? Self.date(receipt["receipt_creation_date_ms"]) ?? Date()
+        let signedDate =
+            Self.date(receipt["request_date_ms"]) ?? Self.date(receipt["receipt_creation_date_ms"]) ?? Date()
         var entries = (receipt["in_app"] as? [[String: Any]]) ?? []
         entries += (object["latest_receipt_info"] as? [[String: Any]]) ?? []
         var seen = Set<String>()
@@ -230,7 +255,11 @@ public struct LegacyReceiptClient: Sendable {
                 let productId = Self.string(entry["product_id"]),
                 let purchaseDate = Self.date(entry["purchase_date_ms"])
             else {
-                throw CourierError(.network, "the verifyReceipt answer has an in-app entry without ids or dates", cause: "malformed response")
+                throw CourierError(
+                    .network,
+                    "the verifyReceipt answer has an in-app entry without ids or dates",
+                    cause: "malformed response"
+                )
             }
             guard seen.insert(transactionId).inserted else { continue }
             let expires = Self.date(entry["expires_date_ms"])

@@ -16,7 +16,12 @@ public struct ReceiptValidator: Sendable {
 
     /// Loads the configured trusted roots (paths resolved against `baseDirectory`, the
     /// configuration file's folder). A root that cannot be read is a `usage` error.
-    public init(configuration: ReceiptConfiguration, baseDirectory: URL, transport: any HTTPTransport, logger: Logger) throws {
+    public init(
+        configuration: ReceiptConfiguration,
+        baseDirectory: URL,
+        transport: any HTTPTransport,
+        logger: Logger
+    ) throws {
         let files = configuration.trustRoots.map { path -> URL in
             path.hasPrefix("/")
                 ? URL(fileURLWithPath: path) : baseDirectory.appendingPathComponent(path).standardizedFileURL
@@ -36,12 +41,24 @@ public struct ReceiptValidator: Sendable {
     /// A receipt file's contents: one or more JWS signed transactions (one per line, or a JSON
     /// array of them, or an App Store Server API answer with `signedTransactions` /
     /// `signedTransactionInfo`), or a legacy receipt (base64) that goes to the verifyReceipt
-    /// service. Every JWS must pass every check (a revoked one fails with `revoked`); the
-    /// transactions come back deduplicated by transactionId, in input order.
+    /// service. Every JWS must pass every check; the transactions come back deduplicated by
+    /// transactionId, in input order. Revoked (refunded, cancelled) transactions come back with
+    /// their `revocationDate` and entitle to nothing, unless every transaction is revoked: then
+    /// the receipt proves nothing and fails the `revoked` check.
     public func validate(_ contents: Data, now: Date = Date()) async throws -> [VerifiedTransaction] {
+        let transactions = try await validateAllowingRevocation(contents, now: now)
+        if let first = transactions.first, let revoked = first.revocationDate,
+            transactions.allSatisfy({ $0.revocationDate != nil })
+        {
+            throw SignedTransactionVerifier.revokedFailure(first, at: revoked)
+        }
+        return transactions
+    }
+
+    private func validateAllowingRevocation(_ contents: Data, now: Date) async throws -> [VerifiedTransaction] {
         guard contents.count <= Self.maximumReceiptBytes else {
             throw ReceiptCheck.format.failure(
-                "the receipt is \(contents.count) bytes; at most \(Self.maximumReceiptBytes) are accepted"
+                "the receipt is larger than \(Self.maximumReceiptBytes) bytes, the most accepted"
             )
         }
         guard let text = String(data: contents, encoding: .utf8) else {
@@ -63,7 +80,9 @@ public struct ReceiptValidator: Sendable {
             } else {
                 let receiptData = lines.joined()
                 guard Data(base64Encoded: receiptData) != nil else {
-                    throw ReceiptCheck.format.failure("the receipt is neither a JWS signed transaction nor a base64 legacy receipt")
+                    throw ReceiptCheck.format.failure(
+                        "the receipt is neither a JWS signed transaction nor a base64 legacy receipt"
+                    )
                 }
                 logger.debug("receipt: legacy receipt, asking the verifyReceipt service")
                 return try await legacyClient.verify(receiptData: receiptData)
@@ -73,7 +92,7 @@ public struct ReceiptValidator: Sendable {
         var result: [VerifiedTransaction] = []
         for (index, token) in tokens.enumerated() {
             do {
-                let transaction = try await verifier.verify(token, now: now)
+                let transaction = try await verifier.verifyAllowingRevocation(token, now: now)
                 logger.debug("receipt: verified", metadata: ["transaction-id": "\(transaction.transactionId)"])
                 if seen.insert(transaction.transactionId).inserted { result.append(transaction) }
             } catch var error as CourierError {

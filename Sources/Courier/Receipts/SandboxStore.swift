@@ -134,7 +134,13 @@ public struct SandboxStore: Sendable {
                 try write(Data(pem.utf8), to: file(directory, name, "pem"), mode: 0o644)
                 try write(Data((key.pemRepresentation + "\n").utf8), to: file(directory, name, "key.pem"), mode: 0o600)
             }
-            return SandboxStore(directory: directory, root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+            return SandboxStore(
+                directory: directory,
+                root: root,
+                intermediate: intermediate,
+                leaf: leaf,
+                leafKey: leafKey
+            )
         } catch let error as CourierError {
             throw error
         } catch {
@@ -175,7 +181,13 @@ public struct SandboxStore: Sendable {
         )
     }
 
-    private init(directory: URL, root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: P256.Signing.PrivateKey) {
+    private init(
+        directory: URL,
+        root: Certificate,
+        intermediate: Certificate,
+        leaf: Certificate,
+        leafKey: P256.Signing.PrivateKey
+    ) {
         self.directory = directory
         self.root = root
         self.intermediate = intermediate

@@ -77,7 +77,8 @@ public struct SignedTransactionPayload: Sendable, Equatable {
         func string(_ key: String) throws -> String {
             switch object[key] {
             case let value as String where !value.isEmpty: return value
-            case let value as NSNumber where value.doubleValue == value.doubleValue.rounded()
+            case let value as NSNumber
+            where value.doubleValue == value.doubleValue.rounded()
                 && abs(value.doubleValue) < 1e15:
                 return String(value.int64Value)
             default: throw ReceiptCheck.format.failure("the payload has no valid \(key)")
@@ -103,7 +104,8 @@ public struct SignedTransactionPayload: Sendable, Equatable {
         }
         let transactionId = try string("transactionId")
         self.transactionId = transactionId
-        self.originalTransactionId = object["originalTransactionId"] == nil ? transactionId : try string("originalTransactionId")
+        self.originalTransactionId =
+            object["originalTransactionId"] == nil ? transactionId : try string("originalTransactionId")
         self.bundleId = try string("bundleId")
         self.productId = try string("productId")
         self.type = type

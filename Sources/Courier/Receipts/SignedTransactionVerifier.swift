@@ -16,12 +16,15 @@ import SwiftASN1
 ///    (RFC 5280 at `signedDate`), and the token's third certificate is that trusted root. A root
 ///    inside the token is never trusted by itself.
 /// 6. `signature`: the ES256 signature (raw r‖s) verifies with the leaf's key.
-/// 7. `bundle`, `environment`, `future-dated` (`signedDate` beyond `now + clockSkew`), `revoked`.
+/// 7. `bundle`, `environment`, `future-dated` (`signedDate` beyond `now + clockSkew`), and in
+///    `verify`, `revoked` (`verifyAllowingRevocation` returns it with its `revocationDate`).
 public struct SignedTransactionVerifier: Sendable {
     public let trustedRoots: [Certificate]
     public let bundleId: String
     public let environments: Set<String>
     public let clockSkew: TimeInterval
+    /// Chains that passed, shared by copies of this verifier (its roots never change).
+    let chainCache = VerifiedChainCache()
 
     public init(trustedRoots: [Certificate], bundleId: String, environments: Set<String>, clockSkew: TimeInterval) {
         self.trustedRoots = trustedRoots
@@ -33,9 +36,26 @@ public struct SignedTransactionVerifier: Sendable {
     /// Verifies one compact JWS signed transaction and returns what it proves.
     /// Throws `CourierError(.receiptInvalid)` naming the failing `ReceiptCheck`.
     public func verify(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
+        let transaction = try await verifyAllowingRevocation(compactJWS, now: now)
+        if let revoked = transaction.revocationDate {
+            throw Self.revokedFailure(transaction, at: revoked)
+        }
+        return transaction
+    }
+
+    /// Every check but `revoked`: a revoked transaction comes back with its `revocationDate`
+    /// (it entitles to nothing). For a list of transactions where one refund must not hide the rest.
+    public func verifyAllowingRevocation(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
         let payload = try await verifiedPayload(compactJWS)
         try checkClaims(payload, now: now)
         return payload.verifiedTransaction
+    }
+
+    /// The `revoked` rejection of `transaction`.
+    public static func revokedFailure(_ transaction: VerifiedTransaction, at date: Date) -> CourierError {
+        ReceiptCheck.revoked.failure(
+            "transaction \(transaction.transactionId) (\(transaction.productId)) was revoked \(iso(date))"
+        )
     }
 
     /// Checks signature and chain, then returns the payload without the claim checks
@@ -57,6 +77,29 @@ public struct SignedTransactionVerifier: Sendable {
                 "x5c holds \(encodedChain.count) certificates; the App Store's format has exactly 3 (leaf, intermediate, root)"
             )
         }
+        let leafKey = try await verifiedLeafKey(encodedChain, at: payload.signedDate)
+        let signature: P256.Signing.ECDSASignature
+        do {
+            signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
+        } catch {
+            throw ReceiptCheck.signature.failure("the signature is not a 64-byte ES256 r‖s value")
+        }
+        guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
+            throw ReceiptCheck.signature.failure("the ES256 signature does not verify with the leaf certificate's key")
+        }
+        return payload
+    }
+
+    /// The leaf's key once the chain checks pass at `signedDate` (`certificate`, `OID`,
+    /// `chain`). A chain verified before is not verified again while `signedDate` lies inside
+    /// the validity of all three certificates, the only time-dependent part of the checks.
+    func verifiedLeafKey(_ encodedChain: [String], at signedDate: Date) async throws -> P256.Signing.PublicKey {
+        let cacheKey = encodedChain.joined(separator: ".")
+        if let cached = chainCache.entry(cacheKey), cached.validity.contains(signedDate),
+            let key = try? P256.Signing.PublicKey(x963Representation: cached.leafKey)
+        {
+            return key
+        }
         let certificates = try encodedChain.enumerated().map { index, text -> Certificate in
             let role = Self.roles[index]
             guard let der = Data(base64Encoded: text) else {
@@ -74,22 +117,26 @@ public struct SignedTransactionVerifier: Sendable {
             throw ReceiptCheck.certificate.failure("the leaf certificate's key is not P-256")
         }
         for (certificate, role) in [(leaf, "leaf"), (intermediate, "intermediate")] {
-            if payload.signedDate > certificate.notValidAfter {
+            if signedDate > certificate.notValidAfter {
                 throw ReceiptCheck.certificate.failure(
-                    "the \(role) certificate expired \(Self.iso(certificate.notValidAfter)), before signedDate \(Self.iso(payload.signedDate))"
+                    "the \(role) certificate expired \(Self.iso(certificate.notValidAfter)), before signedDate \(Self.iso(signedDate))"
                 )
             }
-            if payload.signedDate < certificate.notValidBefore {
+            if signedDate < certificate.notValidBefore {
                 throw ReceiptCheck.certificate.failure(
-                    "the \(role) certificate is valid only from \(Self.iso(certificate.notValidBefore)), after signedDate \(Self.iso(payload.signedDate))"
+                    "the \(role) certificate is valid only from \(Self.iso(certificate.notValidBefore)), after signedDate \(Self.iso(signedDate))"
                 )
             }
         }
         guard leaf.extensions.contains(where: { $0.oid == AppStoreOIDs.receiptSigner }) else {
-            throw ReceiptCheck.oid.failure("the leaf certificate lacks the receipt-signing extension \(AppStoreOIDs.receiptSigner)")
+            throw ReceiptCheck.oid.failure(
+                "the leaf certificate lacks the receipt-signing extension \(AppStoreOIDs.receiptSigner)"
+            )
         }
         guard intermediate.extensions.contains(where: { $0.oid == AppStoreOIDs.wwdrIntermediate }) else {
-            throw ReceiptCheck.oid.failure("the intermediate certificate lacks the WWDR extension \(AppStoreOIDs.wwdrIntermediate)")
+            throw ReceiptCheck.oid.failure(
+                "the intermediate certificate lacks the WWDR extension \(AppStoreOIDs.wwdrIntermediate)"
+            )
         }
         guard !trustedRoots.isEmpty else {
             throw ReceiptCheck.chain.failure(
@@ -98,33 +145,30 @@ public struct SignedTransactionVerifier: Sendable {
             )
         }
         var verifier = Verifier(rootCertificates: CertificateStore(trustedRoots)) {
-            RFC5280Policy(fixedExpiryValidationTime: payload.signedDate)
+            RFC5280Policy(fixedExpiryValidationTime: signedDate)
             AppStoreChainPolicy()
         }
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
         switch result {
         case .validCertificate(let chain):
             guard let root = chain.last, chain.count == 3, root == certificates[2] else {
-                throw ReceiptCheck.chain.failure("the token's root certificate is not the trusted root its chain leads to")
+                throw ReceiptCheck.chain.failure(
+                    "the token's root certificate is not the trusted root its chain leads to"
+                )
             }
         case .couldNotValidate(let failures):
             let reasons = failures.map { "\($0.policyFailureReason)" }
             let detail = reasons.isEmpty ? "the chain does not lead to a trusted root" : reasons.joined(separator: "; ")
             throw ReceiptCheck.chain.failure(detail, hint: "check that the token's root is among the trusted roots")
         }
-        let signature: P256.Signing.ECDSASignature
-        do {
-            signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
-        } catch {
-            throw ReceiptCheck.signature.failure("the signature is not a 64-byte ES256 r‖s value")
+        let validity = certificates.map(\.notValidBefore).max().map { start in
+            start...max(start, certificates.map(\.notValidAfter).min() ?? start)
         }
-        guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
-            throw ReceiptCheck.signature.failure("the ES256 signature does not verify with the leaf certificate's key")
-        }
-        return payload
+        if let validity { chainCache.store(cacheKey, .init(leafKey: leafKey.x963Representation, validity: validity)) }
+        return leafKey
     }
 
-    /// The checks on what a verified token claims: bundle, environment, signedDate, revocation.
+    /// The checks on what a verified token claims: bundle, environment, signedDate.
     func checkClaims(_ payload: SignedTransactionPayload, now: Date) throws {
         guard payload.bundleId == bundleId else {
             throw ReceiptCheck.bundle.failure(
@@ -143,11 +187,6 @@ public struct SignedTransactionVerifier: Sendable {
                 "the transaction is signed \(Self.iso(payload.signedDate)), later than now (\(Self.iso(now))) plus \(Int(clockSkew)) s of clock skew"
             )
         }
-        if let revoked = payload.revocationDate {
-            throw ReceiptCheck.revoked.failure(
-                "transaction \(payload.transactionId) (\(payload.productId)) was revoked \(Self.iso(revoked))"
-            )
-        }
     }
 
     static let roles = ["leaf", "intermediate", "root"]
@@ -161,12 +200,42 @@ public struct SignedTransactionVerifier: Sendable {
 /// checked before chain building (so their failure is named `OID`), which is why this policy
 /// may declare them handled when a signer marks them critical.
 struct AppStoreChainPolicy: VerifierPolicy {
-    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [AppStoreOIDs.receiptSigner, AppStoreOIDs.wwdrIntermediate]
+    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [
+        AppStoreOIDs.receiptSigner, AppStoreOIDs.wwdrIntermediate,
+    ]
 
     func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) async -> PolicyEvaluationResult {
         guard chain.count == 3 else {
-            return .failsToMeetPolicy(reason: "the chain has \(chain.count) certificates, not leaf, intermediate and root")
+            return .failsToMeetPolicy(
+                reason: "the chain has \(chain.count) certificates, not leaf, intermediate and root"
+            )
         }
         return .meetsPolicy
+    }
+}
+
+/// Chains a verifier has already proven, by their `x5c` text: the leaf's key and the span in
+/// which all three certificates are valid. Bounded; cleared when full.
+final class VerifiedChainCache: @unchecked Sendable {  // @unchecked: `entries` is guarded by `lock`.
+    struct Entry {
+        var leafKey: Data
+        var validity: ClosedRange<Date>
+    }
+
+    private let lock = NSLock()
+    private var entries: [String: Entry] = [:]
+    private let capacity = 64
+
+    func entry(_ key: String) -> Entry? {
+        lock.lock()
+        defer { lock.unlock() }
+        return entries[key]
+    }
+
+    func store(_ key: String, _ entry: Entry) {
+        lock.lock()
+        defer { lock.unlock() }
+        if entries.count >= capacity { entries.removeAll() }
+        entries[key] = entry
     }
 }

@@ -3,9 +3,15 @@ import X509
 
 /// Loads the certificates trusted as roots of the App Store signing chain.
 public enum TrustRoots {
-    /// The certificates in `file`: DER, or PEM with one or more `CERTIFICATE` blocks.
+    /// The certificates in `file`: DER, or PEM with one or more `CERTIFICATE` blocks. A folder
+    /// (a sandbox store's, say) gives the self-signed certificates among its `.pem`, `.der`,
+    /// `.cer` and `.crt` files, never an intermediate or leaf beside them.
     /// A missing or unreadable file is a configuration error (`usage`).
     public static func load(_ file: URL) throws -> [Certificate] {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: file.path, isDirectory: &isDirectory), isDirectory.boolValue {
+            return try loadFolder(file)
+        }
         let data: Data
         do {
             data = try Data(contentsOf: file)
@@ -30,6 +36,21 @@ public enum TrustRoots {
         } catch {
             throw CourierError(.usage, "\(file.path) is not a DER or PEM certificate", cause: "\(error)")
         }
+    }
+
+    static func loadFolder(_ folder: URL) throws -> [Certificate] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        let extensions: Set<String> = ["pem", "der", "cer", "crt"]
+        let roots = names.sorted()
+            .filter { extensions.contains(($0 as NSString).pathExtension.lowercased()) && !$0.hasSuffix(".key.pem") }
+            .flatMap { (try? load(folder.appendingPathComponent($0))) ?? [] }
+            .filter { $0.subject == $0.issuer }
+        var unique: [Certificate] = []
+        for root in roots where !unique.contains(root) { unique.append(root) }
+        guard !unique.isEmpty else {
+            throw CourierError(.usage, "\(folder.path) holds no self-signed root certificate")
+        }
+        return unique
     }
 
     /// The certificates of every file in `files`, in order.

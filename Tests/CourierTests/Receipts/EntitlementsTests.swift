@@ -6,7 +6,13 @@ import Testing
 @Suite("Entitlements: transactions plus catalog give content")
 struct EntitlementsTests {
     static func content(_ name: String) -> Catalog.Content {
-        Catalog.Content(url: "\(name).zip", sha256: String(repeating: "0", count: 64), length: 100, version: "1.0", placement: .documents)
+        Catalog.Content(
+            url: "\(name).zip",
+            sha256: String(repeating: "0", count: 64),
+            length: 100,
+            version: "1.0",
+            placement: .documents
+        )
     }
 
     static func transaction(
@@ -18,8 +24,16 @@ struct EntitlementsTests {
         revoked: Date? = nil
     ) -> VerifiedTransaction {
         VerifiedTransaction(
-            transactionId: id, originalTransactionId: "1", productId: product, bundleId: "com.example.app", type: type,
-            purchaseDate: start, expiresDate: end, revocationDate: revoked, environment: "Sandbox", signedDate: start
+            transactionId: id,
+            originalTransactionId: "1",
+            productId: product,
+            bundleId: "com.example.app",
+            type: type,
+            purchaseDate: start,
+            expiresDate: end,
+            revocationDate: revoked,
+            environment: "Sandbox",
+            signedDate: start
         )
     }
 
@@ -27,7 +41,11 @@ struct EntitlementsTests {
     static let magazine: Catalog = {
         let months = ["01", "02", "03", "04", "05", "06", "07", "08"]
         let items = months.map { month in
-            Catalog.Item(itemId: "2026-\(month)", publishedAt: day("2026-\(month)-01"), content: content("issue-\(month)"))
+            Catalog.Item(
+                itemId: "2026-\(month)",
+                publishedAt: day("2026-\(month)-01"),
+                content: content("issue-\(month)")
+            )
         }
         return Catalog(
             bundleId: "com.example.app",
@@ -38,9 +56,27 @@ struct EntitlementsTests {
     @Test("the In-App Purchase guide's magazine timeline")
     func magazineTimeline() {
         let transactions = [
-            Self.transaction("t1", product: "com.example.magazine", type: .autoRenewable, from: day("2026-02-20"), to: day("2026-03-20")),
-            Self.transaction("t2", product: "com.example.magazine", type: .autoRenewable, from: day("2026-03-20"), to: day("2026-04-20")),
-            Self.transaction("t3", product: "com.example.magazine", type: .autoRenewable, from: day("2026-06-17"), to: day("2026-07-17")),
+            Self.transaction(
+                "t1",
+                product: "com.example.magazine",
+                type: .autoRenewable,
+                from: day("2026-02-20"),
+                to: day("2026-03-20")
+            ),
+            Self.transaction(
+                "t2",
+                product: "com.example.magazine",
+                type: .autoRenewable,
+                from: day("2026-03-20"),
+                to: day("2026-04-20")
+            ),
+            Self.transaction(
+                "t3",
+                product: "com.example.magazine",
+                type: .autoRenewable,
+                from: day("2026-06-17"),
+                to: day("2026-07-17")
+            ),
         ]
         let entitled = Entitlements.content(for: transactions, catalog: Self.magazine, now: day("2026-09-15"))
         #expect(entitled.compactMap(\.itemId) == ["2026-02", "2026-03", "2026-04", "2026-06", "2026-07"])
@@ -62,14 +98,30 @@ struct EntitlementsTests {
                 ] } ] }
             """
         let catalog = try Catalog.decode(Data(json.utf8))
-        let subscribed = [Self.transaction("t1", product: "com.example.magazine", type: .autoRenewable, from: day("2026-02-20"), to: day("2026-03-20"))]
+        let subscribed = [
+            Self.transaction(
+                "t1",
+                product: "com.example.magazine",
+                type: .autoRenewable,
+                from: day("2026-02-20"),
+                to: day("2026-03-20")
+            )
+        ]
         let entitled = Entitlements.content(for: subscribed, catalog: catalog, now: day("2026-12-01"))
         #expect(entitled.compactMap(\.itemId) == ["feb", "mar"])
     }
 
     @Test("an active period unlocks only what is already published")
     func notYetPublished() {
-        let subscribed = [Self.transaction("t1", product: "com.example.magazine", type: .autoRenewable, from: day("2026-06-17"), to: day("2026-08-17"))]
+        let subscribed = [
+            Self.transaction(
+                "t1",
+                product: "com.example.magazine",
+                type: .autoRenewable,
+                from: day("2026-06-17"),
+                to: day("2026-08-17")
+            )
+        ]
         let entitled = Entitlements.content(for: subscribed, catalog: Self.magazine, now: day("2026-07-10"))
         #expect(entitled.compactMap(\.itemId) == ["2026-06", "2026-07"])
     }
@@ -97,14 +149,47 @@ struct EntitlementsTests {
         #expect(entitled.allSatisfy { $0.itemId == nil })
     }
 
+    @Test("a subscription with plain content unlocks it only while a period is active")
+    func activeSubscriptionContent() {
+        let catalog = Catalog(
+            bundleId: "com.example.app",
+            products: [Catalog.Product(productId: "pro", type: .autoRenewable, content: Self.content("pro"))]
+        )
+        let period = [
+            Self.transaction("p1", product: "pro", type: .autoRenewable, from: day("2026-03-01"), to: day("2026-04-01"))
+        ]
+        #expect(
+            Entitlements.content(for: period, catalog: catalog, now: day("2026-03-15")).map(\.contentIdentifier) == [
+                "pro"
+            ]
+        )
+        #expect(Entitlements.content(for: period, catalog: catalog, now: day("2026-04-02")).isEmpty)
+    }
+
     @Test("a revoked transaction unlocks nothing")
     func revoked() {
-        let catalog = Catalog(bundleId: "com.example.app", products: [Catalog.Product(productId: "pack1", content: Self.content("pack1"))])
-        let refunded = Self.transaction("a", product: "pack1", type: .nonConsumable, from: day("2026-01-10"), revoked: day("2026-01-12"))
+        let catalog = Catalog(
+            bundleId: "com.example.app",
+            products: [Catalog.Product(productId: "pack1", content: Self.content("pack1"))]
+        )
+        let refunded = Self.transaction(
+            "a",
+            product: "pack1",
+            type: .nonConsumable,
+            from: day("2026-01-10"),
+            revoked: day("2026-01-12")
+        )
         #expect(Entitlements.content(for: [refunded], catalog: catalog, now: day("2026-02-01")).isEmpty)
         let cancelledSubscription = Self.transaction(
-            "s", product: "com.example.magazine", type: .autoRenewable, from: day("2026-02-20"), to: day("2026-03-20"), revoked: day("2026-02-25")
+            "s",
+            product: "com.example.magazine",
+            type: .autoRenewable,
+            from: day("2026-02-20"),
+            to: day("2026-03-20"),
+            revoked: day("2026-02-25")
         )
-        #expect(Entitlements.content(for: [cancelledSubscription], catalog: Self.magazine, now: day("2026-09-01")).isEmpty)
+        #expect(
+            Entitlements.content(for: [cancelledSubscription], catalog: Self.magazine, now: day("2026-09-01")).isEmpty
+        )
     }
 }

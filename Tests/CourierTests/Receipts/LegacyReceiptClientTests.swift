@@ -8,7 +8,11 @@ import Testing
 struct LegacyReceiptClientTests {
     static let secret = "shh-0123456789abcdef"
 
-    func client(_ stub: VerifyReceiptStub, retries: Int = 3, logger: Logger = Logger(label: "test")) -> LegacyReceiptClient {
+    func client(
+        _ stub: VerifyReceiptStub,
+        retries: Int = 3,
+        logger: Logger = Logger(label: "test")
+    ) throws -> LegacyReceiptClient {
         var configuration = ReceiptConfiguration()
         configuration.verifyReceipt = .init(
             productionURL: stub.productionURL.absoluteString,
@@ -19,7 +23,7 @@ struct LegacyReceiptClientTests {
             timeout: 30
         )
         return LegacyReceiptClient(
-            transport: URLSessionHTTPTransport(),
+            transport: try CurlHTTPTransport(),
             configuration: configuration,
             logger: logger,
             environment: ["COURIER_SHARED_SECRET": Self.secret]
@@ -27,16 +31,22 @@ struct LegacyReceiptClientTests {
     }
 
     static let purchase = VerifyReceiptStub.inApp(
-        productId: "com.example.levels.pack1", transactionId: "1000000001", purchaseDate: Date(timeIntervalSince1970: 1_770_000_000)
+        productId: "com.example.levels.pack1",
+        transactionId: "1000000001",
+        purchaseDate: Date(timeIntervalSince1970: 1_770_000_000)
     )
 
     @Test("status 0: the in-app entries become verified transactions; the request speaks the protocol")
     func valid() async throws {
         let cancelled = VerifyReceiptStub.inApp(
-            productId: "com.example.levels.pack2", transactionId: "1000000002",
-            purchaseDate: Date(timeIntervalSince1970: 1_770_000_000), cancellationDate: Date(timeIntervalSince1970: 1_770_100_000)
+            productId: "com.example.levels.pack2",
+            transactionId: "1000000002",
+            purchaseDate: Date(timeIntervalSince1970: 1_770_000_000),
+            cancellationDate: Date(timeIntervalSince1970: 1_770_100_000)
         )
-        let stub = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(environment: "Production", inApp: [Self.purchase, cancelled]) }
+        let stub = try VerifyReceiptStub { _, _ in
+            VerifyReceiptStub.valid(environment: "Production", inApp: [Self.purchase, cancelled])
+        }
         defer { stub.stop() }
         let transactions = try await client(stub).verify(receiptData: "TUlJVG1haWwK")
         #expect(transactions.map(\.transactionId) == ["1000000001", "1000000002"])
@@ -109,7 +119,8 @@ struct LegacyReceiptClientTests {
     @Test("211xx is retried only when the answer says is-retryable")
     func internalErrors() async throws {
         let retryable = try VerifyReceiptStub { _, index in
-            index == 0 ? VerifyReceiptStub.status(21150, retryable: true) : VerifyReceiptStub.valid(inApp: [Self.purchase])
+            index == 0
+                ? VerifyReceiptStub.status(21150, retryable: true) : VerifyReceiptStub.valid(inApp: [Self.purchase])
         }
         defer { retryable.stop() }
         #expect(try await client(retryable).verify(receiptData: "UkVDRUlQVA==").count == 1)
@@ -166,17 +177,25 @@ struct LegacyReceiptClientTests {
 
     @Test("a receipt for another bundle or environment is refused by its check")
     func bundleAndEnvironment() async throws {
-        let other = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(bundleId: "com.other.app", inApp: [Self.purchase]) }
+        let other = try VerifyReceiptStub { _, _ in
+            VerifyReceiptStub.valid(bundleId: "com.other.app", inApp: [Self.purchase])
+        }
         defer { other.stop() }
         let error = await courierError { _ = try await client(other).verify(receiptData: "UkVDRUlQVA==") }
         #expect(error.flatMap(ReceiptCheck.init(failing:)) == .bundle)
 
-        let stub = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(environment: "Sandbox", inApp: [Self.purchase]) }
+        let stub = try VerifyReceiptStub { _, _ in
+            VerifyReceiptStub.valid(environment: "Sandbox", inApp: [Self.purchase])
+        }
         defer { stub.stop() }
-        var production = client(stub)
+        var production = try client(stub)
         var configuration = production.configuration
         configuration.environments = ["Production"]
-        production = LegacyReceiptClient(transport: production.transport, configuration: configuration, logger: production.logger)
+        production = LegacyReceiptClient(
+            transport: production.transport,
+            configuration: configuration,
+            logger: production.logger
+        )
         let refused = await courierError { _ = try await production.verify(receiptData: "UkVDRUlQVA==") }
         #expect(refused.flatMap(ReceiptCheck.init(failing:)) == .environment)
     }
@@ -187,7 +206,10 @@ struct LegacyReceiptClientTests {
         var logger = Logger(label: "test") { _ in CapturingLogHandler(sink: sink) }
         logger.logLevel = .trace
         let stub = try VerifyReceiptStub { service, index in
-            index == 0 ? VerifyReceiptStub.status(21005) : (service == "production" ? VerifyReceiptStub.status(21007) : VerifyReceiptStub.valid(inApp: [Self.purchase]))
+            index == 0
+                ? VerifyReceiptStub.status(21005)
+                : (service == "production"
+                    ? VerifyReceiptStub.status(21007) : VerifyReceiptStub.valid(inApp: [Self.purchase]))
         }
         defer { stub.stop() }
         _ = try await client(stub, logger: logger).verify(receiptData: "UkVDRUlQVA==")
@@ -207,12 +229,42 @@ struct LegacyReceiptClientTests {
         configuration.verifyReceipt.productionURL = stub.productionURL.absoluteString
         configuration.verifyReceipt.sandboxURL = stub.sandboxURL.absoluteString
         let validator = try ReceiptValidator(
-            configuration: configuration, baseDirectory: folder.url, transport: URLSessionHTTPTransport(), logger: Logger(label: "test")
+            configuration: configuration,
+            baseDirectory: folder.url,
+            transport: try CurlHTTPTransport(),
+            logger: Logger(label: "test")
         )
         let receipt = Data("TUlJVG1h\naWwKAAAA\n".utf8)  // wrapped base64
         let transactions = try await validator.validate(receipt)
         #expect(transactions.map(\.productId) == ["com.example.levels.pack1"])
         #expect(stub.calls.first?.receiptData == "TUlJVG1haWwKAAAA")
+    }
+}
+
+extension LegacyReceiptClientTests {
+    @Test("a legacy receipt whose every purchase was cancelled fails the revoked check")
+    func allCancelled() async throws {
+        let cancelled = VerifyReceiptStub.inApp(
+            productId: "com.example.levels.pack1",
+            transactionId: "1000000009",
+            purchaseDate: Date(timeIntervalSince1970: 1_770_000_000),
+            cancellationDate: Date(timeIntervalSince1970: 1_770_500_000)
+        )
+        let stub = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(inApp: [cancelled]) }
+        defer { stub.stop() }
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        var configuration = ReceiptConfiguration()
+        configuration.verifyReceipt.productionURL = stub.productionURL.absoluteString
+        let validator = try ReceiptValidator(
+            configuration: configuration,
+            baseDirectory: folder.url,
+            transport: try CurlHTTPTransport(),
+            logger: Logger(label: "test")
+        )
+        let error = await courierError { _ = try await validator.validate(Data("UkVDRUlQVA==".utf8)) }
+        #expect(error.flatMap(ReceiptCheck.init(failing:)) == .revoked)
+        #expect(error?.exitCode == 3)
     }
 }
 

@@ -15,7 +15,10 @@ struct ReceiptCLITests {
             folder = try TemporaryDirectory()
             let result = try run(["sandbox", "init", "--dir", folder.appending("Sandbox").path, "--json"])
             #expect(result.status == 0, "\(result.stderr)")
-            #expect(result.events.first?["trustRoot"] as? String == folder.appending("Sandbox").appendingPathComponent("root.pem").path)
+            #expect(
+                result.events.first?["trustRoot"] as? String
+                    == folder.appending("Sandbox").appendingPathComponent("root.pem").path
+            )
         }
 
         func run(_ arguments: [String]) throws -> CourierBinary.Result {
@@ -76,11 +79,15 @@ struct ReceiptCLITests {
         #expect(signature.stderr.contains("signature check failed"))
 
         let genuine = try workspace.write(token, "genuine.jws")
-        let bundle = try workspace.run(["receipt", "verify", genuine, "--trust-root", workspace.root, "--bundle-id", "com.other.app"])
+        let bundle = try workspace.run([
+            "receipt", "verify", genuine, "--trust-root", workspace.root, "--bundle-id", "com.other.app",
+        ])
         #expect(bundle.status == 3)
         #expect(bundle.stderr.contains("bundle check failed"))
 
-        let environment = try workspace.run(["receipt", "verify", genuine, "--trust-root", workspace.root, "--environment", "Production", "--json"])
+        let environment = try workspace.run([
+            "receipt", "verify", genuine, "--trust-root", workspace.root, "--environment", "Production", "--json",
+        ])
         #expect(environment.status == 3)
         #expect(environment.events.first?["check"] as? String == "environment")
         #expect(environment.events.first?["code"] as? String == "receiptInvalid")
@@ -92,10 +99,19 @@ struct ReceiptCLITests {
         #expect(chain.status == 3)
         #expect(chain.stderr.contains("chain check failed"))
 
-        let revoked = try workspace.write(try workspace.purchase(["com.example.levels.pack1", "--revoked", "-1h"]), "revoked.jws")
+        let revoked = try workspace.write(
+            try workspace.purchase(["com.example.levels.pack1", "--revoked=-1h"]),
+            "revoked.jws"
+        )
         let revokedRun = try workspace.run(["receipt", "verify", revoked, "--trust-root", workspace.root])
         #expect(revokedRun.status == 3)
         #expect(revokedRun.stderr.contains("revoked check failed"))
+
+        let huge = workspace.folder.appending("huge.receipt")
+        try Data(repeating: UInt8(ascii: "A"), count: 10 << 20).write(to: huge)
+        let tooLarge = try workspace.run(["receipt", "verify", huge.path, "--trust-root", workspace.root])
+        #expect(tooLarge.status == 3)
+        #expect(tooLarge.stderr.contains("format check failed"))
 
         let garbage = try workspace.write("this is not a receipt.at.all", "garbage.jws")
         let format = try workspace.run(["receipt", "verify", garbage, "--trust-root", workspace.root])
@@ -117,7 +133,9 @@ struct ReceiptCLITests {
         let file = try workspace.write(lines.joined(separator: "\n"), "two.jws")
         let result = try workspace.run(["receipt", "verify", file, "--trust-root", root.path, "--json"])
         #expect(result.status == 0, "\(result.stderr)")
-        let products = (result.events.first?["transactions"] as? [[String: Any]])?.compactMap { $0["productId"] as? String }
+        let products = (result.events.first?["transactions"] as? [[String: Any]])?.compactMap {
+            $0["productId"] as? String
+        }
         #expect(products == ["a", "b"])
 
         var noOID = TestSigningChain.Options()
@@ -149,22 +167,72 @@ struct ReceiptCLITests {
         let pack = try workspace.write(try workspace.purchase(["com.example.levels.pack1"]), "pack.jws")
         let magazine = try workspace.write(
             try workspace.purchase([
-                "com.example.magazine", "--type", "auto-renewable", "--purchase-date", "2026-02-20", "--expires", "2026-03-20",
+                "com.example.magazine", "--type", "auto-renewable", "--purchase-date", "2026-02-20", "--expires",
+                "2026-03-20",
             ]),
             "magazine.jws"
         )
         let result = try workspace.run([
-            "receipt", "entitlements", pack, magazine, "--catalog", catalogFile, "--trust-root", workspace.root, "--json",
+            "receipt", "entitlements", pack, magazine, "--catalog", catalogFile, "--trust-root", workspace.root,
+            "--json",
         ])
         #expect(result.status == 0, "\(result.stderr)")
         let content = result.events.first?["content"] as? [[String: Any]] ?? []
-        #expect(content.compactMap { $0["contentIdentifier"] as? String }
-            == ["com.example.levels.pack1", "com.example.magazine.2026-02", "com.example.magazine.2026-03"])
+        #expect(
+            content.compactMap { $0["contentIdentifier"] as? String }
+                == ["com.example.levels.pack1", "com.example.magazine.2026-02", "com.example.magazine.2026-03"]
+        )
         #expect((content.first?["url"] as? String)?.hasSuffix("/pack1.zip") == true)
 
         let nothing = try workspace.write(try workspace.purchase(["com.example.unknown"]), "nothing.jws")
-        let none = try workspace.run(["receipt", "entitlements", nothing, "--catalog", catalogFile, "--trust-root", workspace.root])
+        let none = try workspace.run([
+            "receipt", "entitlements", nothing, "--catalog", catalogFile, "--trust-root", workspace.root,
+        ])
         #expect(none.status == 3)
+    }
+
+    @Test("a legacy receipt goes to the configured verifyReceipt service over libcurl")
+    func legacyReceipt() throws {
+        let workspace = try Workspace()
+        defer { workspace.folder.remove() }
+        let stub = try VerifyReceiptStub { service, _ in
+            service == "production"
+                ? VerifyReceiptStub.status(21007)
+                : VerifyReceiptStub.valid(inApp: [
+                    VerifyReceiptStub.inApp(
+                        productId: "com.example.levels.pack1",
+                        transactionId: "1000000077",
+                        purchaseDate: Date()
+                    )
+                ])
+        }
+        defer { stub.stop() }
+        let config = try workspace.write(
+            """
+            { "receipts": { "verifyReceipt": { "productionURL": "\(stub.productionURL.absoluteString)",
+                                               "sandboxURL": "\(stub.sandboxURL.absoluteString)",
+                                               "sharedSecret": "s3cr3t-value", "retryDelay": 0.01 } } }
+            """,
+            "courier.json"
+        )
+        let receipt = try workspace.write(Data("legacy receipt bytes".utf8).base64EncodedString(), "legacy.receipt")
+        let result = try workspace.run(["receipt", "verify", receipt, "--config", config, "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let transactions = result.events.first?["transactions"] as? [[String: Any]]
+        #expect(transactions?.first?["transactionId"] as? String == "1000000077")
+        #expect(stub.calls.map(\.service) == ["production", "sandbox"])
+        #expect(stub.calls.first?.password == "s3cr3t-value")
+        #expect(!result.stdout.contains("s3cr3t-value") && !result.stderr.contains("s3cr3t-value"))
+
+        let refusing = try VerifyReceiptStub { _, _ in VerifyReceiptStub.status(21010) }
+        defer { refusing.stop() }
+        let refusingConfig = try workspace.write(
+            #"{ "receipts": { "verifyReceipt": { "productionURL": "\#(refusing.productionURL.absoluteString)" } } }"#,
+            "refusing.json"
+        )
+        let refused = try workspace.run(["receipt", "verify", receipt, "--config", refusingConfig])
+        #expect(refused.status == 3)
+        #expect(refused.stderr.contains("status check failed"))
     }
 
     @Test("sandbox init keeps an existing chain; purchase without a store says how to make one")
@@ -177,7 +245,9 @@ struct ReceiptCLITests {
         #expect(again.stdout.contains("kept"))
         #expect(try Data(contentsOf: workspace.sandbox.appendingPathComponent("root.der")) == before)
 
-        let missing = try workspace.run(["sandbox", "purchase", "p", "--dir", workspace.folder.appending("nowhere").path])
+        let missing = try workspace.run([
+            "sandbox", "purchase", "p", "--dir", workspace.folder.appending("nowhere").path,
+        ])
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("sandbox init"))
 

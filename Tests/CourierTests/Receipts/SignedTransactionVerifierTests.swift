@@ -104,10 +104,15 @@ struct SignedTransactionVerifierTests {
         let trusted = try TestSigningChain()
         let attacker = try TestSigningChain()  // same root name, another key
         // The trusted chain's leaf and intermediate with another root in third place.
-        let token = try trusted.token(TestSigningChain.payload(), chain: [trusted.leaf, trusted.intermediate, attacker.root])
+        let token = try trusted.token(
+            TestSigningChain.payload(),
+            chain: [trusted.leaf, trusted.intermediate, attacker.root]
+        )
         #expect(await rejectedCheck(token, by: makeVerifier(trusting: [trusted])) == .chain)
         // No trusted roots at all.
-        #expect(await rejectedCheck(try trusted.token(TestSigningChain.payload()), by: makeVerifier(trusting: [])) == .chain)
+        #expect(
+            await rejectedCheck(try trusted.token(TestSigningChain.payload()), by: makeVerifier(trusting: [])) == .chain
+        )
     }
 
     @Test("a leaf without the receipt-signing OID fails the OID check")
@@ -115,7 +120,10 @@ struct SignedTransactionVerifierTests {
         var options = TestSigningChain.Options()
         options.leafHasOID = false
         let chain = try TestSigningChain(options)
-        #expect(await rejectedCheck(try chain.token(TestSigningChain.payload()), by: makeVerifier(trusting: [chain])) == .oid)
+        #expect(
+            await rejectedCheck(try chain.token(TestSigningChain.payload()), by: makeVerifier(trusting: [chain]))
+                == .oid
+        )
     }
 
     @Test("an intermediate without the WWDR OID fails the OID check")
@@ -123,7 +131,10 @@ struct SignedTransactionVerifierTests {
         var options = TestSigningChain.Options()
         options.intermediateHasOID = false
         let chain = try TestSigningChain(options)
-        #expect(await rejectedCheck(try chain.token(TestSigningChain.payload()), by: makeVerifier(trusting: [chain])) == .oid)
+        #expect(
+            await rejectedCheck(try chain.token(TestSigningChain.payload()), by: makeVerifier(trusting: [chain]))
+                == .oid
+        )
     }
 
     @Test("a two-certificate chain fails the chain check")
@@ -132,7 +143,10 @@ struct SignedTransactionVerifierTests {
         let verifier = makeVerifier(trusting: [chain])
         let withoutRoot = try chain.token(TestSigningChain.payload(), chain: [chain.leaf, chain.intermediate])
         #expect(await rejectedCheck(withoutRoot, by: verifier) == .chain)
-        let four = try chain.token(TestSigningChain.payload(), chain: [chain.leaf, chain.intermediate, chain.root, chain.root])
+        let four = try chain.token(
+            TestSigningChain.payload(),
+            chain: [chain.leaf, chain.intermediate, chain.root, chain.root]
+        )
         #expect(await rejectedCheck(four, by: verifier) == .chain)
     }
 
@@ -155,15 +169,23 @@ struct SignedTransactionVerifierTests {
         let chain = try TestSigningChain(options)
         let verifier = makeVerifier(trusting: [chain])
         let signedAfterExpiry = try chain.token(
-            TestSigningChain.payload(purchaseDate: Date().addingTimeInterval(-6 * 86_400), signedDate: Date().addingTimeInterval(-5 * 86_400))
+            TestSigningChain.payload(
+                purchaseDate: Date().addingTimeInterval(-6 * 86_400),
+                signedDate: Date().addingTimeInterval(-5 * 86_400)
+            )
         )
         #expect(await rejectedCheck(signedAfterExpiry, by: verifier) == .certificate)
         let signedWhileValid = try chain.token(
-            TestSigningChain.payload(purchaseDate: Date().addingTimeInterval(-21 * 86_400), signedDate: Date().addingTimeInterval(-20 * 86_400))
+            TestSigningChain.payload(
+                purchaseDate: Date().addingTimeInterval(-21 * 86_400),
+                signedDate: Date().addingTimeInterval(-20 * 86_400)
+            )
         )
         let transaction = try await verifier.verify(signedWhileValid)
         #expect(transaction.productId == "com.example.levels.pack1")
-        let signedBeforeLeaf = try chain.token(TestSigningChain.payload(signedDate: Date().addingTimeInterval(-40 * 86_400)))
+        let signedBeforeLeaf = try chain.token(
+            TestSigningChain.payload(signedDate: Date().addingTimeInterval(-40 * 86_400))
+        )
         #expect(await rejectedCheck(signedBeforeLeaf, by: verifier) == .certificate)
     }
 
@@ -178,7 +200,10 @@ struct SignedTransactionVerifierTests {
     func wrongEnvironment() async throws {
         let chain = try TestSigningChain()
         let token = try chain.token(TestSigningChain.payload(environment: "Sandbox"))
-        #expect(await rejectedCheck(token, by: makeVerifier(trusting: [chain], environments: ["Production"])) == .environment)
+        #expect(
+            await rejectedCheck(token, by: makeVerifier(trusting: [chain], environments: ["Production"]))
+                == .environment
+        )
         let xcode = try chain.token(TestSigningChain.payload(environment: "Xcode"))
         #expect(await rejectedCheck(xcode, by: makeVerifier(trusting: [chain])) == .environment)
     }
@@ -233,10 +258,76 @@ struct SignedTransactionVerifierTests {
         let validator = try ReceiptValidator(
             configuration: ReceiptConfiguration(),
             baseDirectory: folder.url,
-            transport: URLSessionHTTPTransport(),
+            transport: try CurlHTTPTransport(),
             logger: .init(label: "test")
         )
         let error = await courierError { _ = try await validator.validate(fileAt: file) }
         #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format)
+    }
+}
+
+@Suite("ReceiptValidator: files of signed transactions")
+struct ReceiptValidatorFileTests {
+    func validator(_ chain: TestSigningChain, folder: TemporaryDirectory) throws -> ReceiptValidator {
+        try chain.writeRoot(to: folder.appending("root.pem"))
+        return try ReceiptValidator(
+            configuration: ReceiptConfiguration(trustRoots: ["root.pem"]),
+            baseDirectory: folder.url,
+            transport: try CurlHTTPTransport(),
+            logger: Logger(label: "test")
+        )
+    }
+
+    @Test("lines, JSON arrays and App Store Server API answers; duplicates once; one refund does not hide the rest")
+    func shapes() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let chain = try TestSigningChain()
+        let validator = try validator(chain, folder: folder)
+        let a = try chain.token(TestSigningChain.payload(productId: "a", transactionId: "1"))
+        let b = try chain.token(TestSigningChain.payload(productId: "b", transactionId: "2"))
+        let refunded = try chain.token(
+            TestSigningChain.payload(productId: "c", transactionId: "3", revocationDate: Date().addingTimeInterval(-60))
+        )
+
+        let lines = try await validator.validate(Data("\(a)\r\n\(b)\n\(a)\n".utf8))
+        #expect(lines.map(\.transactionId) == ["1", "2"])
+        let array = try await validator.validate(try JSONSerialization.data(withJSONObject: [a, b]))
+        #expect(array.map(\.productId) == ["a", "b"])
+        let answer = try await validator.validate(
+            try JSONSerialization.data(withJSONObject: ["signedTransactions": [b], "hasMore": false] as [String: Any])
+        )
+        #expect(answer.map(\.productId) == ["b"])
+
+        let mixed = try await validator.validate(Data("\(a)\n\(refunded)".utf8))
+        #expect(mixed.map(\.transactionId) == ["1", "3"])
+        #expect(mixed.last?.revocationDate != nil)
+        let onlyRefunded = await courierError { _ = try await validator.validate(Data(refunded.utf8)) }
+        #expect(onlyRefunded.flatMap(ReceiptCheck.init(failing:)) == .revoked)
+
+        let tampered = a.dropLast(4) + "AAAA"
+        let error = await courierError { _ = try await validator.validate(Data("\(b)\n\(tampered)".utf8)) }
+        #expect(error.flatMap(ReceiptCheck.init(failing:)) == .signature)
+        #expect(error?.message.contains("transaction 2 of 2") == true)
+    }
+
+    @Test("a missing trusted root file is a usage error; empty and binary files fail the format check")
+    func badInputs() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let missing = await courierError {
+            _ = try ReceiptValidator(
+                configuration: ReceiptConfiguration(trustRoots: ["nope.pem"]),
+                baseDirectory: folder.url,
+                transport: try CurlHTTPTransport(),
+                logger: Logger(label: "test")
+            )
+        }
+        #expect(missing?.code == .usage)
+        let validator = try validator(try TestSigningChain(), folder: folder)
+        for contents in [Data(), Data("  \n".utf8), Data([0xff, 0xfe, 0x00, 0x01]), Data("[1, 2]".utf8)] {
+            let error = await courierError { _ = try await validator.validate(contents) }
+            #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format)
+        }
     }
 }
