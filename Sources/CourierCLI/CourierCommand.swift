@@ -28,9 +28,6 @@ struct CourierCommand: AsyncParsableCommand {
             SandboxCommand.self,
             PackageCommand.self,
             ContentCommand.self,
-            GetCommand.self,
-            ReceiptCommand.self,
-            SandboxCommand.self,
         ]
     )
 
