@@ -85,6 +85,20 @@ struct AgentTests {
         try client.send(["op": "pause", "id": "does-not-exist"])
         #expect(client.readLine()?["code"] as? String == "notFound")
 
+        // Another user cannot connect (the socket is 0600 in an owner-only folder; the agent
+        // also checks the peer's uid). Checked when this test runs as root and can switch users.
+        if getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+            FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")
+        {
+            let other = try Shell.run(
+                "/usr/bin/setpriv",
+                ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                 "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b'{\"op\":\"list\"}\\n'); print(s.recv(4096))",
+                 socket.path])
+            #expect(other.status != 0, "\(other.stdout)")
+            #expect(!other.stdout.contains("entries"))
+        }
+
         // A second agent on the same storage is refused while the first runs.
         let rival = try shop.courier(["agent"])
         #expect(rival.status != 0)
