@@ -2,17 +2,23 @@
 # The queue with 10,000 transactions in the store: time of `courier list --json` (all and
 # unfinished only) and of the text table. Prints the figures; not a test.
 #
-#   Benchmarks/queue.sh [COUNT]      (default 10000; builds release first)
+#   Benchmarks/queue.sh [COUNT]      (default 10000; builds release first, unless COURIER_BIN names a binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 count="${1:-10000}"
-swift build -c release --product courier >/dev/null
-courier="$(swift build -c release --show-bin-path)/courier"
+if [ -n "${COURIER_BIN:-}" ]; then
+  courier="$COURIER_BIN"
+else
+  swift build -c release --product courier >/dev/null
+  courier="$(swift build -c release --show-bin-path)/courier"
+fi
+echo "binary: $courier"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 storage="$work/Storage"
-export COURIER_CONFIG="$work/none.json"
+echo "{}" > "$work/courier.json"
+export COURIER_CONFIG="$work/courier.json"
 
 # Let courier create and migrate the store, then fill it with sqlite3: COUNT transactions, one
 # download each; a tenth finished, a tenth paused halfway, the rest waiting.

@@ -17,6 +17,7 @@ struct CourierCommand: AsyncParsableCommand {
             DeliverCommand.self,
             GetCommand.self,
             EnqueueCommand.self,
+            AgentCommand.self,
             ListCommand.self,
             StatusCommand.self,
             PauseCommand.self,

@@ -121,7 +121,7 @@ struct PackageInstallCommand: AsyncParsableCommand {
             let placer = try ContentPlacer.forCLI(global: global, configuration: configuration)
             try placer.recover()
             let package = URL(fileURLWithPath: file)
-            let productId = try product ?? PackageInspector.inspect(package, limits: configuration.packages).productId
+            let productId = try product ?? PackageInspector.contentInfo(of: package, limits: configuration.packages).productId
             let delivered = try placer.install(
                 package: package,
                 contentIdentifier: contentId ?? productId,

@@ -6,6 +6,17 @@ import Foundation
 public struct PackageInspector {
     /// Inspects `file`; a hostile package is `hostilePackage`, an unreadable one `integrity`.
     public static func inspect(_ file: URL, limits: PackageConfiguration) throws -> PackageInfo {
+        try read(file, limits: limits, hash: true)
+    }
+
+    /// The product and version `file`'s ContentInfo.plist names, after the same checks as
+    /// `inspect` but without hashing the file.
+    public static func contentInfo(of file: URL, limits: PackageConfiguration) throws -> (productId: String, version: String) {
+        let info = try read(file, limits: limits, hash: false)
+        return (info.productId, info.version)
+    }
+
+    private static func read(_ file: URL, limits: PackageConfiguration, hash: Bool) throws -> PackageInfo {
         let directory = try ZipDirectory.read(file, maxEntryCount: limits.maxEntryCount)
         try directory.check(limits)
         let reader = try ArchiveReader(url: file, blockSize: limits.blockSize)
@@ -36,7 +47,7 @@ public struct PackageInspector {
             throw EntryRules.hostile("the symbolic link \(link.joined(separator: "/").debugDescription) leaves the package")
         }
         guard let info else { throw EntryRules.hostile("the package has no ContentInfo.plist at its root") }
-        let sha256 = try PackageHasher.hash(file, blockSize: limits.blockSize).get()
+        let sha256 = try hash ? PackageHasher.hash(file, blockSize: limits.blockSize).get() : ""
         return PackageInfo(
             productId: info.productId,
             version: info.version,

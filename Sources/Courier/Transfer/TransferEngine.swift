@@ -118,7 +118,11 @@ public final class TransferEngine: Sendable {
             maxConnections: configuration.maxConcurrentTransfers * 2
         )
         self.slots = TransferSlots(total: configuration.maxConcurrentTransfers, perHost: configuration.maxTransfersPerHost)
-        self.workers = WorkerPool(count: max(2, ProcessInfo.processInfo.activeProcessorCount))
+        // Disk-bound work (fsync) dominates small files, hashing large ones: a few more queues than
+        // cores lets fsyncs overlap, and the count stays bounded whatever the number of downloads.
+        self.workers = WorkerPool(
+            count: min(16, max(ProcessInfo.processInfo.activeProcessorCount, configuration.maxConcurrentTransfers / 2, 2))
+        )
     }
 
     /// An `HTTPTransport` sharing this engine's network thread and connection cache.
