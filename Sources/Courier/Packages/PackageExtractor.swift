@@ -26,8 +26,16 @@ public struct PackageExtractor: Sendable {
     /// expected product and version.
     ///
     /// Runs on the calling thread (blocking I/O: call it from a Dispatch worker, not from Swift's
-    /// cooperative pool); the package's SHA-256 is computed on a second thread meanwhile.
-    public func extract(_ package: URL, into staging: URL, expectedProductId: String, expectedVersion: String?) throws -> PackageInfo {
+    /// cooperative pool); the package's SHA-256 is computed on a second thread meanwhile, unless
+    /// the caller passes `verifiedSHA256` (the digest it already checked while downloading the
+    /// file, which the result then carries).
+    public func extract(
+        _ package: URL,
+        into staging: URL,
+        expectedProductId: String,
+        expectedVersion: String?,
+        verifiedSHA256: String? = nil
+    ) throws -> PackageInfo {
         let directory = try ZipDirectory.read(package, maxEntryCount: configuration.maxEntryCount)
         try directory.check(configuration)
         guard mkdir(staging.path, 0o755) == 0 else {
@@ -36,7 +44,7 @@ public struct PackageExtractor: Sendable {
             }
             throw CourierError.posix("mkdir", path: staging.path)
         }
-        let hasher = PackageHasher(url: package, blockSize: configuration.blockSize)
+        let hasher = verifiedSHA256 == nil ? PackageHasher(url: package, blockSize: configuration.blockSize) : nil
         do {
             let extraction = try Extraction(
                 package: package,
@@ -52,10 +60,10 @@ public struct PackageExtractor: Sendable {
                 entryCount: outcome.entryCount,
                 packedSize: Int64(directory.fileSize),
                 unpackedSize: outcome.unpackedSize,
-                sha256: try hasher.wait()
+                sha256: try hasher?.wait() ?? verifiedSHA256 ?? ""
             )
         } catch {
-            hasher.cancel()
+            hasher?.cancel()
             try? FileManager.default.removeItem(at: staging)
             throw error
         }

@@ -91,14 +91,16 @@ public final class ContentPlacer: Sendable {
     ///
     /// `productId` must match the package's ContentInfo.plist, and `version` too when given.
     /// Checks space for the unpacked size first (purging caches if allowed); Documents content is
-    /// marked excluded from backups before it appears.
+    /// marked excluded from backups before it appears. Pass `verifiedSHA256` when the file's
+    /// digest was already checked (by the download) to skip hashing it again.
     public func install(
         package: URL,
         contentIdentifier: String,
         productId: String,
         version: String?,
         placement target: Catalog.Placement,
-        force: Bool
+        force: Bool,
+        verifiedSHA256: String? = nil
     ) throws -> DeliveredContent {
         try Self.checkIdentifier(contentIdentifier)
         var logger = self.logger
@@ -125,7 +127,9 @@ public final class ContentPlacer: Sendable {
 
         logger.debug("extracting", metadata: ["package": "\(package.path)", "staging": "\(staging.path)"])
         let extractor = PackageExtractor(configuration: packages)
-        let info = try extractor.extract(package, into: staging, expectedProductId: productId, expectedVersion: version)
+        let info = try extractor.extract(
+            package, into: staging, expectedProductId: productId, expectedVersion: version, verifiedSHA256: verifiedSHA256
+        )
         if let existing, !force {
             try refuseDowngrade(existing: existing, to: info.version)
         }

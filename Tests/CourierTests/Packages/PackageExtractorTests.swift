@@ -176,6 +176,18 @@ struct PackageExtractorTests {
         #expect(!FileManager.default.fileExists(atPath: directory.appending("staging").path))
     }
 
+    @Test("a digest the caller already verified is carried instead of hashing again")
+    func verifiedDigest() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let package = directory.appending("pack.zip")
+        try PackageFixtures.infoZip(product: product, version: "1", files: ["a.txt": Data("a".utf8)], at: package)
+        let digest = String(repeating: "0f", count: 32)
+        let info = try PackageExtractor(configuration: PackageConfiguration())
+            .extract(package, into: directory.appending("staging"), expectedProductId: product, expectedVersion: "1", verifiedSHA256: digest)
+        #expect(info.sha256 == digest)
+    }
+
     @Test("ContentVersion orders numerically")
     func versionOrder() {
         #expect(ContentVersion.compare("1.10", "1.9") == .orderedDescending)
