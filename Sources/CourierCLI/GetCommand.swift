@@ -119,6 +119,9 @@ struct GetCommand: AsyncParsableCommand {
             let result = try await engine.download(request, journal: store) { bar.update($0) }
             bar.finish()
             report(result, output: output)
+        } catch let error as CourierError where error.code == .paused {
+            bar.finish()
+            throw CourierError(.paused, "\(destination.path): \(error.message)", hint: error.hint)
         } catch {
             bar.finish()
             throw error

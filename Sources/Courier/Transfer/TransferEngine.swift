@@ -288,19 +288,18 @@ public final class TransferEngine: Sendable {
         )
     }
 
-    /// Checkpoints and throws `.paused`.
+    /// Checkpoints and throws `.paused`, saying where the download stopped.
     private func pause(_ writer: PartialFileWriter, logger: Logger) async throws -> Never {
-        let offset = (try? await writer.perform { () -> Int64 in
+        let (offset, total) = (try? await writer.perform { () -> (Int64, Int64?) in
             try writer.checkpoint()
-            return writer.durableOffset
-        }) ?? 0
+            return (writer.durableOffset, writer.journal.totalLength)
+        }) ?? (0, nil)
         logger.debug("download paused", metadata: ["offset": "\(offset)"])
-        throw CourierError(
-            .paused,
-            "paused at byte \(offset)",
-            cause: "offset \(offset)",
-            hint: "run the same command again to resume"
-        )
+        var place = "paused at byte \(offset)"
+        if let total, total > 0 {
+            place += " of \(total) (\(offset * 100 / total)%)"
+        }
+        throw CourierError(.paused, place, hint: "run the same command again to resume")
     }
 
     /// Opens (creating) the partial file and loads the journal; a journal for another URL or
