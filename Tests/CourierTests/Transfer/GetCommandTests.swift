@@ -83,7 +83,7 @@ struct GetCommandTests {
             let target = before + Int64.random(in: 150_000...1_200_000)
             requestsBefore.append(origin.requests.count)
             let process = try CourierBinary.start(arguments)
-            #expect(TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) >= target || !process.isRunning })
+            #expect(await TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) >= target || !process.isRunning })
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             let journal = try store.load(downloadId: "big.bin")
@@ -123,7 +123,7 @@ struct GetCommandTests {
             ["get", origin.url().absoluteString, "-o", file.path, "--config", config.path, "--sha256", TransferFixture.sha256(content)],
             stderr: stderr
         )
-        #expect(TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) > 400_000 || !process.isRunning })
+        #expect(await TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) > 400_000 || !process.isRunning })
         kill(process.processIdentifier, SIGINT)
         process.waitUntilExit()
         #expect(process.terminationStatus == 7)

@@ -329,7 +329,7 @@ struct TransferEngineTests {
         let request = TransferFixture.request(origin.url(), in: folder, sha256: TransferFixture.sha256(content))
         let progress = ProgressLog()
         let task = Task { try await engine.download(request, journal: store) { progress.record($0) } }
-        #expect(TransferFixture.wait { (progress.reports.last?.bytesReceived ?? 0) > 500_000 })
+        #expect(await TransferFixture.wait { (progress.reports.last?.bytesReceived ?? 0) > 500_000 })
         task.cancel()
         let outcome = await task.result
         guard case .failure(let error as CourierError) = outcome else {

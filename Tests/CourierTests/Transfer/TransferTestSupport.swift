@@ -73,11 +73,13 @@ enum TransferFixture {
     }
 
     /// Waits until `condition` holds, up to `timeout` seconds; returns whether it did.
-    static func wait(timeout: Double = 30, _ condition: () -> Bool) -> Bool {
+    /// Waits for `condition` without blocking a thread of Swift's cooperative pool (which has
+    /// as many threads as cores: two here), so the work under test can make progress.
+    static func wait(timeout: Double = 30, _ condition: () -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if condition() { return true }
-            usleep(5_000)
+            try? await Task.sleep(nanoseconds: 5_000_000)
         }
         return condition()
     }
