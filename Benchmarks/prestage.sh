@@ -8,8 +8,13 @@ cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
 COUNT=${COUNT:-500}
 SIZE_KIB=${SIZE_KIB:-200}
-swift build -c release --product courier >&2
-BIN=$(swift build -c release --show-bin-path)/courier
+# COURIER_BIN=path skips the release build (e.g. to measure another build).
+if [ -z "${COURIER_BIN:-}" ]; then
+  swift build -c release --product courier >&2
+  BIN=$(swift build -c release --show-bin-path)/courier
+else
+  BIN=$COURIER_BIN
+fi
 WORK=$(mktemp -d /tmp/courier-bench-prestage.XXXXXX)
 cleanup() { [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT

@@ -5,8 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
 SIZE_MIB=${SIZE_MIB:-512}
-swift build -c release --product courier >&2
-BIN=$(swift build -c release --show-bin-path)/courier
+# COURIER_BIN=path skips the release build (e.g. to measure another build).
+if [ -z "${COURIER_BIN:-}" ]; then
+  swift build -c release --product courier >&2
+  BIN=$(swift build -c release --show-bin-path)/courier
+else
+  BIN=$COURIER_BIN
+fi
 WORK=$(mktemp -d /tmp/courier-bench-serve.XXXXXX)
 SERVE_PID=""
 cleanup() { [ -n "$SERVE_PID" ] && kill "$SERVE_PID" 2>/dev/null; [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }

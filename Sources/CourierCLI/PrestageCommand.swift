@@ -42,7 +42,11 @@ struct PrestageCommand: AsyncParsableCommand {
                 throw ValidationError("name the upstream catalog with --catalog FILE|URL")
             }
             let tree = try LocalStagingTree(root: URL(fileURLWithPath: dest, isDirectory: true))
-            let services = try PrestageServices(configuration: configuration)
+            // --jobs is what the user asked for: the engine runs that many, even against one host.
+            var transferConfiguration = configuration
+            transferConfiguration.transfer.maxConcurrentTransfers = jobs
+            transferConfiguration.transfer.maxTransfersPerHost = jobs
+            let services = try PrestageServices(configuration: transferConfiguration)
             defer { services.shutdown() }
             let (upstream, upstreamLocation) = try await services.loadCatalog(
                 location,

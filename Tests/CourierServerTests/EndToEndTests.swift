@@ -71,19 +71,10 @@ struct EndToEndTests {
         let output = work.appending("pack1.zip")
         let arguments = ["get", packageURL, "-o", output.path, "--sha256", pack1.sha256, "--length", "\(pack1.length)", "-H", "Authorization: Bearer \(purchase)"]
         let client = try CourierBinary.start(arguments)
-        let deadline = Date().addingTimeInterval(60)
-        var killedAt = 0
-        while Date() < deadline, client.isRunning {
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: work.path)) ?? []
-            if let partial = files.first(where: { $0.hasPrefix("pack1.zip") && $0 != "pack1.zip" && !$0.hasSuffix(".json") && !$0.contains("journal") }) {
-                killedAt = (try? FileManager.default.attributesOfItem(atPath: work.appending(partial).path)[.size] as? Int) ?? 0
-                if killedAt > 2 << 20 { break }
-            }
-            usleep(50_000)
-        }
+        let killedAt = ResumeJournalProbe.waitForDurable(2 << 20, in: work.url, while: client)
         kill(client.processIdentifier, SIGKILL)
         client.waitUntilExit()
-        #expect(killedAt > 2 << 20, "the client should have been killed part way")
+        #expect(killedAt >= 2 << 20, "the client should have been killed part way")
         #expect(!FileManager.default.fileExists(atPath: output.path))
         let resumed = try CourierBinary.run(arguments)
         #expect(resumed.status == 0, "\(resumed.stderr)")

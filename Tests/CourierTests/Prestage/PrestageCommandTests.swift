@@ -192,20 +192,10 @@ struct PrestageCommandTests {
         let process = try CourierBinary.start(arguments)
         // Wait until at least 1 MiB is durable (a journal says so), then kill -9.
         let downloads = dest.appending(".prestage/downloads")
-        let deadline = Date().addingTimeInterval(60)
-        var partialBytes = 0
-        while Date() < deadline, process.isRunning {
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: downloads.path)) ?? []
-            let hasJournal = files.contains { !$0.hasSuffix(".part") && !$0.hasSuffix(".zip") }
-            if let part = files.first(where: { $0.hasSuffix(".part") }), hasJournal {
-                partialBytes = (try? FileManager.default.attributesOfItem(atPath: downloads.appendingPathComponent(part).path)[.size] as? Int) ?? 0
-                if partialBytes > 1 << 20 { break }
-            }
-            usleep(50_000)
-        }
+        let durable = ResumeJournalProbe.waitForDurable(1 << 20, in: downloads, while: process)
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
-        #expect(partialBytes > 1 << 20)
+        #expect(durable >= 1 << 20)
         #expect(!FileManager.default.fileExists(atPath: dest.appending("catalog.json").path))
 
         let resumed = try CourierBinary.run(arguments)
@@ -217,6 +207,32 @@ struct PrestageCommandTests {
         #expect(requests.count == 2)
         #expect(requests.last?.contains("\" 206 ") == true, "the second run should resume with a range: \(requests)")
         let fetched = resumed.events.first { $0["event"] as? String == "staged" }?["bytesFetched"] as? Int ?? Int.max
-        #expect(fetched < 6 << 20)
+        #expect(fetched <= (try upstream.data("slow/com.example.big")).count - Int(durable), "a resume must not fetch again what was durable")
+    }
+
+    @Test("SIGINT pauses: exit 7, what was staged is published, the next run finishes the rest")
+    func interruptPublishesWhatIsStaged() throws {
+        var upstream = try UpstreamFixture()
+        defer { upstream.root.remove() }
+        try upstream.addProduct("com.example.small")
+        try upstream.addProduct("com.example.big", bytes: 6 << 20, folder: "slow/")
+        try upstream.writeCatalog()
+        let nginx = try NginxServer(root: upstream.root.url, extraLocations: "location /slow/ { limit_rate 1m; }")
+        defer { nginx.stop() }
+        let dest = try TemporaryDirectory(prefix: "courier-stage")
+        defer { dest.remove() }
+        let arguments = ["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", dest.path, "--jobs", "2"]
+        let process = try CourierBinary.start(arguments)
+        let durable = ResumeJournalProbe.waitForDurable(1 << 20, in: dest.appending(".prestage/downloads"), while: process)
+        #expect(durable >= 1 << 20)
+        kill(process.processIdentifier, SIGINT)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 7)
+        let paused = try Catalog.decode(Data(contentsOf: dest.appending("catalog.json")))
+        #expect(paused.products.map(\.productId) == ["com.example.small"])
+        let resumed = try CourierBinary.run(arguments)
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        let published = try Catalog.decode(Data(contentsOf: dest.appending("catalog.json")))
+        #expect(published.products.map(\.productId) == ["com.example.small", "com.example.big"])
     }
 }
