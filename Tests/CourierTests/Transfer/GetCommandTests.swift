@@ -62,7 +62,7 @@ struct GetCommandTests {
     }
 
     @Test("kill -9 at random points: every run resumes at the durable offset; the result matches")
-    func killNineResumes() throws {
+    func killNineResumes() async throws {
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
         let content = TransferFixture.bytes(6 << 20)
@@ -106,7 +106,7 @@ struct GetCommandTests {
     }
 
     @Test("SIGINT pauses with exit 7 and says where; running it again completes")
-    func sigintPauses() throws {
+    func sigintPauses() async throws {
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
         let content = TransferFixture.bytes(4 << 20)
