@@ -72,16 +72,8 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
-        _ = courier_easy_setopt_string(easy, CURLOPT_URL, request.url.absoluteString)
-        _ = courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
-        _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
+        configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: request.timeout)
         _ = courier_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout * 1000))
-        _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(request.timeout, configuration.connectTimeout) * 1000))
         _ = courier_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "")
         _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
         let method = request.method.uppercased()

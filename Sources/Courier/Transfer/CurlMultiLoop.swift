@@ -44,6 +44,25 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
 
     /// Sets the options of `easy` (the loop sets the callbacks and private pointer afterwards).
     func configure(_ easy: UnsafeMutableRawPointer) throws {}
+
+    /// The options every request shares: its URL, no signals, redirects up to the limit over
+    /// http(s) only, TLS verification on, the connect timeout (capped by `connectTimeout`).
+    func configureCommon(
+        _ easy: UnsafeMutableRawPointer,
+        url: URL,
+        configuration: TransferConfiguration,
+        connectTimeout: Double
+    ) {
+        _ = courier_easy_setopt_string(easy, CURLOPT_URL, url.absoluteString)
+        _ = courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
+        _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
+        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
+        _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(connectTimeout, configuration.connectTimeout) * 1000))
+    }
     /// One header line as received, CRLF included.
     func didReceiveHeader(_ line: UnsafeRawBufferPointer) -> Bool { true }
     /// Body bytes: return `bytes.count` to consume, `CurlJob.pauseReceiving` to be called again

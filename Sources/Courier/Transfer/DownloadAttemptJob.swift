@@ -65,15 +65,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
-        _ = courier_easy_setopt_string(easy, CURLOPT_URL, request.url.absoluteString)
-        _ = courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
-        _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
-        _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout * 1000))
+        configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: configuration.connectTimeout)
         // libcurl's own low-speed limit backs up the watchdog (which also sees paused time).
         _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
         _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int((configuration.stallTimeout * 2).rounded(.up)))
