@@ -3,6 +3,7 @@
 # Prints wall-time ratios (courier / other; below 1.0 means courier is faster) and peak RSS.
 #   Benchmarks/transfer.sh            # full run: 512 MiB, 500 x 200 KiB
 #   BIG_MIB=64 RUNS=3 Benchmarks/transfer.sh   # a quicker run
+#   COURIER_BIN=.build/release/courier Benchmarks/transfer.sh   # reuse a release binary
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -12,9 +13,14 @@ FILES=${FILES:-500}
 RUNS=${RUNS:-5}
 NGINX=${NGINX:-/usr/sbin/nginx}
 
-echo "== building release"
-swift build -c release --product courier 2>&1 | grep -E 'error|warning|Compiling|Build' | tail -3
-BIN="$(swift build -c release --show-bin-path)/courier"
+if [[ -n "${COURIER_BIN:-}" ]]; then
+    BIN="$COURIER_BIN"   # reuse a built binary (a release build takes long on 2 cores)
+else
+    echo "== building release"
+    swift build -c release --product courier 2>&1 | grep -E 'error|warning|Compiling|Build' | tail -3
+    BIN="$(swift build -c release --show-bin-path)/courier"
+fi
+echo "== courier: $BIN"
 
 WORK=$(mktemp -d /tmp/courier-bench.XXXXXX)
 NGINX_PID=""
