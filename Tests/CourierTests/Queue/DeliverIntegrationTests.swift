@@ -1,0 +1,218 @@
+import Courier
+import CourierTestSupport
+import Foundation
+import Testing
+
+/// A sandbox store, packages made by Info-ZIP `zip`, a catalog and an nginx origin on loopback.
+private struct Shop {
+    let directory: TemporaryDirectory
+    let sandbox: SandboxStore
+    let nginx: NginxServer
+    /// Product id → the payload file inside its package.
+    let payloads: [String: Data]
+    let placements: [String: Catalog.Placement]
+
+    static let products = ["com.example.levels", "com.example.music", "com.example.maps"]
+
+    init(payloadSize: Int = 64 * 1024, rateLimit: String? = nil) throws {
+        directory = try TemporaryDirectory(prefix: "courier-shop")
+        sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
+        let www = directory.appending("www")
+        try FileManager.default.createDirectory(at: www, withIntermediateDirectories: true)
+        var payloads: [String: Data] = [:]
+        var placements: [String: Catalog.Placement] = [:]
+        var products: [Catalog.Product] = []
+        for (index, product) in Self.products.enumerated() {
+            let payload = PackageFixtures.noise(payloadSize, seed: UInt64(index + 1))
+            let package = www.appendingPathComponent("\(product).zip")
+            try PackageFixtures.infoZip(product: product, version: "1.0", files: ["data.bin": payload], at: package, level: 0)
+            let bytes = try Data(contentsOf: package)
+            let placement: Catalog.Placement = index == 1 ? .cache : .documents
+            payloads[product] = payload
+            placements[product] = placement
+            products.append(
+                Catalog.Product(
+                    productId: product,
+                    content: Catalog.Content(
+                        url: "\(product).zip", sha256: QueueFixtures.sha256(bytes), length: Int64(bytes.count),
+                        version: "1.0", placement: placement)))
+        }
+        try Catalog(bundleId: "com.example.app", products: products).encoded().write(to: www.appendingPathComponent("catalog.json"))
+        nginx = try NginxServer(root: www, extraLocations: rateLimit.map { "limit_rate \($0);" } ?? "")
+        self.payloads = payloads
+        self.placements = placements
+    }
+
+    /// A receipt file proving purchases of `products`.
+    func receipt(_ products: [String], name: String = "receipt.txt") throws -> URL {
+        let lines = try products.map { try sandbox.purchase(productId: $0) }
+        let file = directory.appending(name)
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: file)
+        return file
+    }
+
+    var storage: URL { directory.appending("Storage") }
+
+    func courier(_ arguments: [String], storage: URL? = nil) throws -> CourierBinary.Result {
+        try CourierBinary.run(arguments + common(storage: storage), environment: environment, directory: directory.url)
+    }
+
+    func start(_ arguments: [String]) throws -> Process {
+        try CourierBinary.start(arguments + common(storage: nil), environment: environment, directory: directory.url)
+    }
+
+    private var environment: [String: String] {
+        let config = directory.appending("courier.json")
+        if !FileManager.default.fileExists(atPath: config.path) {
+            let text = #"{"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRetries": 2, "initialBackoff": 0.1}}"#
+            try? Data(text.utf8).write(to: config)
+        }
+        return ["COURIER_CONFIG": config.path]
+    }
+
+    private func common(storage: URL?) -> [String] {
+        ["--storage", (storage ?? self.storage).path]
+    }
+
+    func deliverArguments(_ receipt: URL) -> [String] {
+        [
+            "deliver", "--receipt", receipt.path, "--catalog", nginx.url("catalog.json").absoluteString,
+            "--trust-root", sandbox.rootCertificateDERFile.path, "--environment", "Sandbox",
+        ]
+    }
+
+    /// Whether `product`'s content is placed with the right bytes under `storage`.
+    func isPlaced(_ product: String, storage: URL? = nil) -> Bool {
+        let base = (storage ?? self.storage).appendingPathComponent(placements[product] == .cache ? "Caches" : "Documents")
+        let file = base.appendingPathComponent(product).appendingPathComponent("Contents/data.bin")
+        return (try? Data(contentsOf: file)) == payloads[product]
+    }
+
+    func stop() {
+        nginx.stop()
+        directory.remove()
+    }
+}
+
+@Suite("courier deliver end to end (sandbox receipts, zip packages, nginx)", .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+struct DeliverIntegrationTests {
+    @Test("a purchase is delivered and finished; a second run does nothing and says so")
+    func deliverTwice() throws {
+        let shop = try Shop()
+        defer { shop.stop() }
+        let receipt = try shop.receipt(Shop.products)
+        let first = try shop.courier(shop.deliverArguments(receipt) + ["--json"])
+        #expect(first.status == 0, "\(first.stderr)")
+        for product in Shop.products { #expect(shop.isPlaced(product), "\(product)") }
+        let result = try #require(first.events.last)
+        #expect(result["event"] as? String == "result")
+        #expect((result["finishedTransactions"] as? [String])?.count == 3)
+        #expect(first.events.contains { $0["event"] as? String == "download" && $0["state"] as? String == "finished" })
+        let requests = shop.nginx.accessLog().count
+
+        let list = try shop.courier(["list", "--all", "--json"])
+        let entries = try #require(list.events.first?["entries"] as? [[String: Any]])
+        #expect(entries.count == 3)
+        #expect(entries.allSatisfy { $0["transactionState"] as? String == "finished" && $0["state"] as? String == "finished" })
+
+        let second = try shop.courier(shop.deliverArguments(receipt))
+        #expect(second.status == 0)
+        #expect(second.stdout.contains("already delivered"))
+        // Only the catalog was fetched again; no package.
+        let after = shop.nginx.accessLog().dropFirst(requests)
+        #expect(after.allSatisfy { $0.contains("catalog.json") }, "\(Array(after))")
+        #expect(!(try FileManager.default.contentsOfDirectory(atPath: shop.storage.appendingPathComponent("Downloads").path)).contains { $0.hasSuffix(".part") })
+    }
+
+    @Test("a tampered receipt downloads nothing and exits 3")
+    func badReceipt() throws {
+        let shop = try Shop()
+        defer { shop.stop() }
+        let receipt = try shop.receipt([Shop.products[0]])
+        var text = try String(contentsOf: receipt, encoding: .utf8)
+        let middle = text.index(text.startIndex, offsetBy: text.count / 2)
+        text.replaceSubrange(middle...middle, with: text[middle] == "A" ? "B" : "A")
+        try Data(text.utf8).write(to: receipt)
+        let run = try shop.courier(shop.deliverArguments(receipt))
+        #expect(run.status == 3, "\(run.stderr)")
+        #expect(!shop.nginx.accessLog().contains { $0.contains(".zip") })
+        #expect(!shop.isPlaced(Shop.products[0]))
+    }
+
+    @Test("restore delivers the chosen products only")
+    func restoreChosen() throws {
+        let shop = try Shop()
+        defer { shop.stop() }
+        let receipt = try shop.receipt(Shop.products)
+        let run = try shop.courier(shop.deliverArguments(receipt) + ["--restore", "--product", "com.example.music"])
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(shop.isPlaced("com.example.music"))
+        #expect(!shop.isPlaced("com.example.levels") && !shop.isPlaced("com.example.maps"))
+        let list = try shop.courier(["list", "--all", "--json"])
+        let entries = try #require(list.events.first?["entries"] as? [[String: Any]])
+        #expect(entries.map { $0["productId"] as? String } == ["com.example.music"])
+        #expect(try shop.courier(shop.deliverArguments(receipt) + ["--restore"]).status == 2)
+    }
+
+    @Test("kill -9 of deliver at random points, then run again: delivered, checksums right, finished once")
+    func killAndContinue() throws {
+        let shop = try Shop(payloadSize: 3 << 20, rateLimit: "4m")
+        defer { shop.stop() }
+        for trial in 0..<5 {
+            let storage = shop.directory.appending("Storage-\(trial)")
+            let receipt = try shop.receipt(Shop.products, name: "receipt-\(trial).txt")
+            let process = try CourierBinary.start(
+                shop.deliverArguments(receipt) + ["--storage", storage.path],
+                environment: ["COURIER_CONFIG": shop.directory.appending("courier.json").path], directory: shop.directory.url)
+            usleep(UInt32.random(in: 300_000...1_800_000))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            let again = try shop.courier(shop.deliverArguments(receipt), storage: storage)
+            #expect(again.status == 0, "trial \(trial): \(again.stderr)")
+            for product in Shop.products { #expect(shop.isPlaced(product, storage: storage), "trial \(trial) \(product)") }
+            let list = try shop.courier(["list", "--all", "--json"], storage: storage)
+            let entries = try #require(list.events.first?["entries"] as? [[String: Any]])
+            #expect(entries.count == 3)
+            #expect(entries.allSatisfy { $0["transactionState"] as? String == "finished" })
+        }
+    }
+
+    @Test("SIGTERM pauses deliver with exit 7; resume --stalled finishes it without refetching durable bytes")
+    func sigtermThenResume() throws {
+        let shop = try Shop(payloadSize: 4 << 20, rateLimit: "2m")
+        defer { shop.stop() }
+        let receipt = try shop.receipt([Shop.products[0]])
+        let process = try shop.start(shop.deliverArguments(receipt))
+        let deadline = Date().addingTimeInterval(60)
+        var sawBytes = false
+        while Date() < deadline && !sawBytes {
+            usleep(100_000)
+            let list = try shop.courier(["list", "--json"])
+            let entries = list.events.first?["entries"] as? [[String: Any]] ?? []
+            sawBytes = entries.contains { ($0["bytesReceived"] as? Int ?? 0) > 512 * 1024 }
+        }
+        #expect(sawBytes)
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 7)
+        let list = try shop.courier(["list", "--stalled", "--json"])
+        let entries = try #require(list.events.first?["entries"] as? [[String: Any]])
+        #expect(entries.first?["stalled"] as? String == "interrupted")
+        let resumed = try shop.courier(["resume", "--stalled"])
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(shop.isPlaced(Shop.products[0]))
+        // nginx's combined log: `"GET /x.zip HTTP/1.1" STATUS BODY-BYTES ...`. The resume asked
+        // for a range (206) and the bytes sent in all stay well under twice the package.
+        let fetches = shop.nginx.accessLog().filter { $0.contains(".zip") }.compactMap { line -> (Int, Int)? in
+            let fields = line.components(separatedBy: "\"")
+            guard fields.count > 2 else { return nil }
+            let numbers = fields[2].split(separator: " ").compactMap { Int($0) }
+            return numbers.count >= 2 ? (numbers[0], numbers[1]) : nil
+        }
+        #expect(fetches.count >= 2)
+        #expect(fetches.contains { $0.0 == 206 })
+        let package = try FileManager.default.attributesOfItem(
+            atPath: shop.nginx.root.appendingPathComponent("\(Shop.products[0]).zip").path)[.size] as? Int ?? 0
+        #expect(fetches.reduce(0) { $0 + $1.1 } < package + package / 2, "\(fetches)")
+    }
+}
