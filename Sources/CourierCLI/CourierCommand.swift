@@ -27,6 +27,7 @@ struct CourierCommand: AsyncParsableCommand {
             SandboxCommand.self,
             PackageCommand.self,
             ContentCommand.self,
+            AgentCommand.self,
         ]
     )
 
