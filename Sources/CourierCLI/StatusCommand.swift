@@ -22,7 +22,7 @@ struct StatusCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             let agent = AgentRoute.client(global)  // a running agent answers through its socket
-            let queue = agent == nil ? try global.openQueue() : nil
+            let queue: PaymentQueue? = try agent == nil ? global.openQueue() : nil
             let downloadIds = Set(try queue?.resolve(id).map(\.id) ?? [])
             let transactionIds = Set(try queue?.resolve(id).map(\.transactionId) ?? [])
             var last: [QueueEntry] = []

@@ -52,7 +52,7 @@ public final class FinishWebhook: FinishNotifying, Sendable {
             withJSONObject: ["event": "finished", "transactionId": transaction.id, "productId": transaction.productId],
             options: [.sortedKeys])
         let now = Date().timeIntervalSince1970
-        try store.pool.write { db in
+        try await store.pool.write { db in
             try db.execute(
                 sql: """
                     INSERT OR IGNORE INTO webhook_outbox (transactionId, url, body, nextAttemptAt, createdAt)
@@ -60,6 +60,13 @@ public final class FinishWebhook: FinishNotifying, Sendable {
                     """,
                 arguments: [transaction.id, url.absoluteString, String(decoding: body, as: UTF8.self), now, now])
         }
+    }
+
+    private struct Due: Sendable {
+        var id: String
+        var url: String
+        var body: String
+        var attempts: Int
     }
 
     /// A row of the outbox.
@@ -86,7 +93,7 @@ public final class FinishWebhook: FinishNotifying, Sendable {
     /// Sends every announcement that is due; returns how many were acknowledged.
     @discardableResult
     public func deliverDue(now: Date = Date()) async -> Int {
-        let due: [(id: String, url: String, body: String, attempts: Int)]
+        let due: [Due]
         do {
             due = try await store.pool.read { db in
                 try Row.fetchAll(
@@ -96,7 +103,7 @@ public final class FinishWebhook: FinishNotifying, Sendable {
                         WHERE deliveredAt IS NULL AND nextAttemptAt <= ? ORDER BY nextAttemptAt LIMIT 32
                         """,
                     arguments: [now.timeIntervalSince1970]
-                ).map { (id: $0["transactionId"], url: $0["url"], body: $0["body"], attempts: $0["attempts"]) }
+                ).map { row in Due(id: row["transactionId"], url: row["url"], body: row["body"], attempts: row["attempts"]) }
             }
         } catch {
             logger.error("cannot read the webhook outbox", metadata: ["error": "\(error)"])
@@ -122,12 +129,13 @@ public final class FinishWebhook: FinishNotifying, Sendable {
             let attempts = item.attempts + 1
             let delay = min(maxBackoff, initialBackoff * pow(2, Double(min(attempts - 1, 30))))
             let stamp = Date().timeIntervalSince1970
+            let outcome = failure
             do {
                 try await store.pool.write { db in
-                    if let failure {
+                    if let outcome {
                         try db.execute(
                             sql: "UPDATE webhook_outbox SET attempts = ?, nextAttemptAt = ?, lastError = ? WHERE transactionId = ?",
-                            arguments: [attempts, stamp + delay, failure, item.id])
+                            arguments: [attempts, stamp + delay, outcome, item.id])
                     } else {
                         try db.execute(
                             sql: "UPDATE webhook_outbox SET attempts = ?, deliveredAt = ?, lastError = NULL WHERE transactionId = ?",

@@ -25,7 +25,7 @@ final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer`
         let result = address.withSockaddr { Glibc.connect(fd, $0, $1) }
         guard result == 0 else {
             let code = errno
-            close(fd)
+            Glibc.close(fd)
             throw CourierError(.notFound, "no agent listens on \(path)", cause: String(cString: strerror(code)))
         }
         var interval = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1e6))
@@ -80,9 +80,9 @@ final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer`
 
     /// Whether the peer has closed its end (checked without blocking).
     func peerClosed() -> Bool {
-        var poller = pollfd(fd: descriptor, events: Int16(POLLIN | POLLRDHUP), revents: 0)
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
         guard poll(&poller, 1, 0) > 0 else { return false }
-        if poller.revents & Int16(POLLHUP | POLLRDHUP | POLLERR) != 0 { return true }
+        if poller.revents & Int16(POLLHUP | POLLERR) != 0 { return true }
         var byte: UInt8 = 0
         return recv(descriptor, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
     }
@@ -180,8 +180,11 @@ final class UnixSocketListener: Sendable {
     /// The next connection, or nil once the listener is shut down.
     func accept() -> UnixSocketConnection? {
         while true {
-            let fd = accept4(descriptor, nil, nil, Int32(SOCK_CLOEXEC.rawValue))
-            if fd >= 0 { return UnixSocketConnection(descriptor: fd) }
+            let fd = Glibc.accept(descriptor, nil, nil)
+            if fd >= 0 {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                return UnixSocketConnection(descriptor: fd)
+            }
             if errno == EINTR || errno == ECONNABORTED { continue }
             return nil
         }

