@@ -45,7 +45,8 @@ struct AgentCommand: AsyncParsableCommand {
         try await global.run { _ in
             var configuration = try global.loadConfiguration()
             receiptOptions.apply(to: &configuration)
-            if let catalog { configuration.catalog = catalog }
+            // The agent's catalog: --catalog as given (a URL or a path from here), else the configured one.
+            if let catalog { configuration.catalog = AgentRoute.absoluteCatalog(catalog) }
             if let webhook { configuration.queue.finishWebhook = webhook }
             let level = logLevel ?? ProcessInfo.processInfo.environment["COURIER_LOG"] ?? "info"
             LoggingSystem.bootstrap { label in
@@ -99,7 +100,8 @@ struct AgentCommand: AsyncParsableCommand {
         guard let receipt = request.receiptData, !receipt.isEmpty else {
             throw CourierError(.usage, "enqueue needs the receipt's bytes (base64)")
         }
-        guard let location = request.catalog ?? configuration.catalog.map({ configuration.resolvePath($0).path }) else {
+        let configured = configuration.catalog.map { $0.contains("://") ? $0 : configuration.resolvePath($0).path }
+        guard let location = request.catalog ?? configured else {
             throw CourierError(.usage, "the agent has no catalog", hint: "start it with --catalog, or name one in the request")
         }
         let validator = try ReceiptValidator(

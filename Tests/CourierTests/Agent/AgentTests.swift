@@ -42,7 +42,7 @@ struct AgentTests {
 
         let receipt = try shop.receipt(AgentShop.products)
         let enqueue = try shop.courier(["enqueue", "--receipt", receipt.path, "--json"], storage: storage)
-        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        #expect(enqueue.status == 0, "\(enqueue.stderr) \(enqueue.stdout)")
         let answer = try #require(enqueue.events.last)
         #expect(answer["agent"] as? Bool == true)
         #expect((answer["transactions"] as? [[String: Any]])?.count == 3)
@@ -77,7 +77,7 @@ struct AgentTests {
         defer { if agent.isRunning { _ = stopProcess(agent, signal: SIGKILL) } }
         let product = AgentShop.products[0]
         let enqueue = try shop.courier(["enqueue", "--receipt", try shop.receipt([product]).path], storage: storage)
-        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        #expect(enqueue.status == 0, "\(enqueue.stderr) \(enqueue.stdout)")
         #expect(enqueue.stdout.contains("with the agent"))
         func download() -> DownloadRecord? { (try? shop.entries(storage: storage))?.first?.download }
         #expect(waitUntil(60) { (download()?.bytesReceived ?? 0) > 256 * 1024 })
@@ -115,7 +115,7 @@ struct AgentTests {
         let storage = shop.storage("Storage-\(trial)")
         let agent = try shop.startAgent(storage: storage)
         let enqueue = try shop.courier(["enqueue", "--receipt", try shop.receipt(AgentShop.products).path], storage: storage)
-        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        #expect(enqueue.status == 0, "\(enqueue.stderr) \(enqueue.stdout)")
         usleep(UInt32.random(in: 100_000...1_500_000))  // a random kill point, not a synchronization
         _ = stopProcess(agent, signal: SIGKILL)
         // The dead agent's socket file is still there: the next agent replaces it.
@@ -185,6 +185,7 @@ struct AgentTests {
         let storage = shop.storage()
         let agent = try shop.startAgent(storage: storage)
         defer { _ = stopProcess(agent) }
+        chmod(storage.path, 0o755)
         let socket = StorageLayout(root: storage).agentSocket.path
         let script = """
             import socket, sys
