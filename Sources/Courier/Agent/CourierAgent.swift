@@ -202,7 +202,7 @@ public final class CourierAgent: Service, Sendable {
 
     /// Runs async work from a socket thread and waits for it.
     private func waitFor<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-        let box = ResultBox<T>()
+        let box = AgentResultBox<T>()
         let done = DispatchSemaphore(value: 0)
         Task {
             do { box.set(.success(try await body())) } catch { box.set(.failure(error)) }
@@ -224,7 +224,7 @@ final class RetryBook: @unchecked Sendable {  // @unchecked: `attemptsById` is g
 }
 
 /// A result handed from a task to a waiting thread.
-final class ResultBox<T: Sendable>: @unchecked Sendable {  // @unchecked: `result` is guarded by `lock`.
+final class AgentResultBox<T: Sendable>: @unchecked Sendable {  // @unchecked: `result` is guarded by `lock`.
     private let lock = NSLock()
     private var result: Result<T, any Error> = .failure(CourierError(.internal, "no result"))
 

@@ -16,7 +16,7 @@ private final class EventLog: @unchecked Sendable {  // @unchecked: `events` is 
 }
 
 @Suite("courier agent (real processes, control socket, nginx origin)", .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
-struct AgentTests {
+struct CourierAgentTests {
     @Test("enqueue through the socket: validated, delivered, placed, finished; subscribers hear it; SIGTERM removes the socket")
     func enqueueThroughAgent() throws {
         let shop = try AgentShop()
