@@ -16,6 +16,10 @@ struct DiscardCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
+            if let agent = AgentRoute.client(global) {  // a running agent discards through its socket
+                QueueControl.report(output, verb: "discarded", changed: try AgentRoute.control(agent, .discard, id: id, all: false))
+                return
+            }
             let queue = try global.openQueue()
             let targets = try queue.resolve(id)
             let changed = try QueueControl.apply(targets, single: targets.count == 1) { download in

@@ -33,23 +33,43 @@ struct EnqueueCommand: AsyncParsableCommand {
             var configuration = try global.loadConfiguration()
             receiptOptions.apply(to: &configuration)
             if let catalog { configuration.catalog = catalog }
+            if let agent = AgentRoute.client(global) {  // hand the purchase to the running agent
+                let receipt = try Data(contentsOf: URL(fileURLWithPath: receiptFile))
+                let answer = try agent.send(
+                    AgentRequest(
+                        .enqueue, receipt: receipt, catalog: AgentRoute.absoluteCatalog(catalog),
+                        products: products.isEmpty ? nil : products, restore: restore ? true : nil))
+                let downloads = answer.downloads ?? []
+                report(answer.transactions ?? [], output: output, via: "the agent") { id in downloads.filter { $0.transactionId == id } }
+                return
+            }
             let runtime = try DeliveryRuntime(global: global, configuration: configuration)
             defer { runtime.shutdown() }
             let transactions = try await runtime.enqueue(
                 receiptFile: receiptFile, catalogOverride: catalog, products: products, restore: restore,
                 configuration: configuration)
+            let queue = runtime.queue
+            try report(transactions, output: output, via: nil) { try queue.downloads(transactionId: $0) }
+        }
+    }
+
+    /// Prints what was queued (one line per transaction, or one `enqueued` JSON event).
+    private func report(
+        _ transactions: [TransactionRecord], output: Output, via: String?, downloadsOf: (String) throws -> [DownloadRecord]
+    ) rethrows {
+        do {
             var lines: [[String: Any]] = []
             for transaction in transactions {
-                let downloads = try runtime.queue.downloads(transactionId: transaction.id)
+                let downloads = try downloadsOf(transaction.id)
                 lines.append([
                     "transactionId": transaction.id, "productId": transaction.productId, "state": transaction.state.rawValue,
                     "downloads": downloads.map { ["id": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
                 ])
                 if !output.json {
-                    output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")")
+                    output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")
                 }
             }
-            if output.json { output.emit(["event": "enqueued", "transactions": lines]) }
+            if output.json { output.emit(["event": "enqueued", "transactions": lines, "agent": via != nil]) }
         }
     }
 }

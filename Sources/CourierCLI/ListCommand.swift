@@ -20,9 +20,13 @@ struct ListCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let queue = try global.openQueue()
-            var entries = try queue.entries(includeFinished: all)
-            if stalled { entries = entries.filter { $0.stalled != nil } }
+            var entries: [QueueEntry]
+            if let agent = AgentRoute.client(global) {  // a running agent answers through its socket
+                entries = try agent.send(AgentRequest(.list, all: all, stalled: stalled)).entries ?? []
+            } else {
+                entries = try global.openQueue().entries(includeFinished: all)
+                if stalled { entries = entries.filter { $0.stalled != nil } }
+            }
             if output.json {
                 output.emit(encodable: QueueListing(entries: entries.map(QueueListing.Line.init)))
                 return

@@ -26,6 +26,10 @@ struct PauseCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
+            if let agent = AgentRoute.client(global) {  // a running agent pauses through its socket
+                QueueControl.report(output, verb: "paused", changed: try AgentRoute.control(agent, .pause, id: id, all: all))
+                return
+            }
             let queue = try global.openQueue()
             let targets = try QueueFormat.targets(queue, id: id, all: all, states: [.waiting, .active])
             let changed = try QueueControl.apply(targets, single: id != nil && targets.count == 1) { try queue.pause([$0.id]) }

@@ -35,6 +35,12 @@ struct ResumeCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
+            if let agent = AgentRoute.client(global) {  // a running agent resumes and delivers them
+                let changed = try AgentRoute.control(agent, .resume, id: id, all: all, stalled: stalled)
+                QueueControl.report(output, verb: "resumed", changed: changed)
+                if !changed.isEmpty && !output.json { output.note("courier: the agent delivers them (see `courier list`)") }
+                return
+            }
             let queue = try global.openQueue()
             let changed: [DownloadRecord]
             if stalled {

@@ -21,15 +21,16 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let queue = try global.openQueue()
-            let downloadIds = Set(try queue.resolve(id).map(\.id))
-            let transactionIds = Set(try queue.resolve(id).map(\.transactionId))
+            let agent = AgentRoute.client(global)  // a running agent answers through its socket
+            let queue: PaymentQueue? = try agent == nil ? global.openQueue() : nil
+            let downloadIds = Set(try queue?.resolve(id).map(\.id) ?? [])
+            let transactionIds = Set(try queue?.resolve(id).map(\.transactionId) ?? [])
             var last: [QueueEntry] = []
             while true {
-                let entries = try queue.entries(includeFinished: true).filter { entry in
+                let entries = try agent?.send(AgentRequest(.status, ids: [id])).entries ?? queue?.entries(includeFinished: true).filter { entry in
                     entry.download.map { downloadIds.contains($0.id) } ?? transactionIds.contains(entry.transactionId)
                         || (downloadIds.isEmpty && entry.transactionId == id)
-                }
+                } ?? []
                 guard !entries.isEmpty || !last.isEmpty else {
                     throw CourierError(.notFound, "no download or transaction \(id)")
                 }

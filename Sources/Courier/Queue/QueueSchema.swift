@@ -6,7 +6,8 @@ import GRDB
 /// Times are seconds since 1970 (REAL). States are the StoreKit names of DESIGN.md, stored as text.
 enum QueueSchema {
     static let migrations: [(String, @Sendable (Database) throws -> Void)] = [
-        ("queue.v1", createV1)
+        ("queue.v1", createV1),
+        ("agent.v1", createAgentV1),
     ]
 
     private static func createV1(_ db: Database) throws {

@@ -1,0 +1,63 @@
+import Foundation
+
+/// A connection to a running agent's control socket: send requests, read answers, or follow
+/// the queue's events. Blocking; use it from a command's main flow or a dedicated thread.
+public final class AgentClient: Sendable {
+    private let connection: UnixSocketConnection
+    public let socketPath: String
+
+    /// Connects to the agent of `layout` (`Storage/agent.sock`); nil when no agent runs there
+    /// (no socket file, or a stale one nobody listens on).
+    public static func connect(layout: StorageLayout, timeout: Double = 300) -> AgentClient? {
+        let path = layout.agentSocket.path
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        guard let connection = try? UnixSocketConnection.connect(to: path, timeout: timeout) else { return nil }
+        return AgentClient(connection: connection, socketPath: path)
+    }
+
+    /// Connects to the socket at `path`, throwing `notFound` when nothing listens.
+    public init(socketPath path: String, timeout: Double = 300) throws {
+        connection = try UnixSocketConnection.connect(to: path, timeout: timeout)
+        socketPath = path
+    }
+
+    private init(connection: UnixSocketConnection, socketPath: String) {
+        self.connection = connection
+        self.socketPath = socketPath
+    }
+
+    deinit {
+        connection.close()
+    }
+
+    /// Sends `request` and returns the agent's answer; a refusal is thrown as its `CourierError`.
+    @discardableResult
+    public func send(_ request: AgentRequest) throws -> AgentResponse {
+        try connection.write(AgentWire.encode(request))
+        let response = try readResponse()
+        if !response.ok, let failure = response.error { throw failure.error }
+        return response
+    }
+
+    /// Subscribes to the queue's events and hands each to `onEvent` until it returns false or the
+    /// agent closes the connection.
+    public func subscribe(_ onEvent: (AgentResponse) -> Bool) throws {
+        try send(AgentRequest(.subscribe))
+        while true {
+            guard let line = try connection.readLine() else { return }
+            let event = try AgentWire.decode(AgentResponse.self, from: line)
+            if !onEvent(event) { return }
+        }
+    }
+
+    private func readResponse() throws -> AgentResponse {
+        guard let line = try connection.readLine() else {
+            throw CourierError(.io, "the agent closed the control connection without an answer")
+        }
+        do {
+            return try AgentWire.decode(AgentResponse.self, from: line)
+        } catch {
+            throw CourierError(.io, "the agent's answer is not a control response", cause: "\(error)")
+        }
+    }
+}

@@ -1,0 +1,243 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The client agent (`courier agent`): a long-running `Service` that, once run, picks up every
+/// unfinished transaction of the store (as StoreKit's observer registered at launch does), works
+/// the queue through the pipeline under leases, retries downloads that failed for `network` on
+/// a backoff schedule and those paused for `insufficientSpace` once statvfs says they fit,
+/// announces finished transactions to the finish webhook, and serves the control socket.
+///
+/// Graceful shutdown (SIGTERM or SIGINT through a `ServiceGroup`) cancels the pipeline: active
+/// transfers are checkpointed and paused as `interrupted`, the socket file is removed, and the
+/// next agent (or `courier resume --stalled`) continues them. Nothing starts before `run()`.
+public final class CourierAgent: Service, Sendable {
+    /// How the agent retries and polls.
+    public struct Options: Sendable {
+        /// First delay before retrying a download that failed for the network; doubles per
+        /// attempt up to `maxRetryBackoff`. Default 2 s.
+        public var retryBackoff: Double = 2
+        public var maxRetryBackoff: Double = 300
+        /// Seconds between checks for retryable downloads and due webhooks. Default 1.
+        public var checkInterval: Double = 1
+
+        public init() {}
+    }
+
+    /// Performs an `enqueue` request: validates the receipt and queues what it proves.
+    public typealias Enqueuer = @Sendable (AgentRequest) async throws -> [TransactionRecord]
+
+    public let queue: PaymentQueue
+    let pipeline: DeliveryPipeline
+    let webhook: FinishWebhook?
+    let enqueuer: Enqueuer
+    let options: Options
+    let logger: Logger
+    private let retries = RetryBook()
+
+    /// `pipeline` must work `queue`; give it `webhook` as its notifier so finished transactions
+    /// reach the outbox.
+    public init(
+        queue: PaymentQueue, pipeline: DeliveryPipeline, webhook: FinishWebhook?, options: Options = .init(),
+        logger: Logger, enqueuer: @escaping Enqueuer
+    ) {
+        self.queue = queue
+        self.pipeline = pipeline
+        self.webhook = webhook
+        self.enqueuer = enqueuer
+        self.options = options
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        try queue.layout.prepare()
+        let server = try AgentControlServer(
+            path: queue.layout.agentSocket.path, queue: queue, logger: logger
+        ) { [self] request in handle(request) }
+        server.start()
+        defer { server.stop() }
+        logger.info(
+            "agent started",
+            metadata: ["socket": "\(queue.layout.agentSocket.path)", "unfinished": "\((try? queue.unfinished().count) ?? 0)"])
+        let pipeline = self.pipeline
+        let logger = self.logger
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    do {
+                        try await pipeline.run(scope: .all, untilIdle: false)
+                    } catch {
+                        logger.error("the pipeline stopped", metadata: ["error": "\(error)"])
+                    }
+                }
+                group.addTask { await self.maintenanceLoop() }
+                await group.waitForAll()
+            }
+        }
+        logger.info("agent stopped; active downloads are checkpointed")
+    }
+
+    /// Retries what may succeed now and sends due webhooks, every `checkInterval`.
+    private func maintenanceLoop() async {
+        while !Task.isCancelled {
+            retryStopped()
+            if let webhook { await webhook.deliverDue() }
+            try? await Task.sleep(nanoseconds: UInt64(options.checkInterval * 1e9))
+        }
+    }
+
+    /// Resumes downloads that failed for `network` once their backoff has passed, and those
+    /// paused or failed for `insufficientSpace` once the storage's file system has room.
+    func retryStopped(now: Date = Date()) {
+        let downloads: [DownloadRecord]
+        do {
+            downloads = try queue.entries(now: now).compactMap(\.download)
+        } catch {
+            logger.error("cannot read the queue", metadata: ["error": "\(error)"])
+            return
+        }
+        retries.forget(except: Set(downloads.filter { $0.state != .finished }.map(\.id)))
+        for download in downloads where download.state == .failed || download.state == .paused {
+            let reason = download.state == .failed ? download.errorCode?.rawValue : download.pauseReason
+            var logger = self.logger
+            logger[metadataKey: "download-id"] = "\(download.id)"
+            logger[metadataKey: "transaction-id"] = "\(download.transactionId)"
+            switch reason {
+            case CourierError.Code.network.rawValue:
+                let attempts = retries.attempts(download.id)
+                let delay = min(options.maxRetryBackoff, options.retryBackoff * pow(2, Double(min(attempts, 30))))
+                guard now.timeIntervalSince(download.updatedAt) >= delay else { continue }
+                retries.record(download.id)
+                logger.info("retrying after a network failure", metadata: ["attempt": "\(attempts + 1)"])
+                _ = try? queue.resume([download.id])
+            case CourierError.Code.insufficientSpace.rawValue:
+                let needed = max(0, download.length - download.durableOffset) + (download.unpackedLength ?? download.length)
+                guard let free = StorageSpace.available(at: queue.layout.root), free >= needed else { continue }
+                logger.info("space is free again; resuming", metadata: ["free": "\(free)", "needed": "\(needed)"])
+                _ = try? queue.resume([download.id])
+            default:
+                continue
+            }
+        }
+    }
+
+    /// Answers one control request (called on the socket's threads; blocking is fine there).
+    func handle(_ request: AgentRequest) -> AgentResponse {
+        do {
+            return try perform(request)
+        } catch let error as CourierError {
+            return .failure(error)
+        } catch {
+            return .failure(CourierError(.internal, "the agent failed to serve \(request.command.rawValue)", cause: "\(error)"))
+        }
+    }
+
+    private func perform(_ request: AgentRequest) throws -> AgentResponse {
+        var response = AgentResponse()
+        switch request.command {
+        case .enqueue:
+            let transactions = try waitFor { [enqueuer] in try await enqueuer(request) }
+            response.transactions = transactions
+            response.downloads = try transactions.flatMap { try queue.downloads(transactionId: $0.id) }
+        case .list:
+            var entries = try queue.entries(includeFinished: request.all ?? false)
+            if request.stalled == true { entries = entries.filter { $0.stalled != nil } }
+            response.entries = entries
+        case .status:
+            guard let id = request.ids?.first else { throw CourierError(.usage, "status needs an id") }
+            let downloads = try queue.resolve(id)
+            let downloadIds = Set(downloads.map(\.id))
+            let transactionIds = Set(downloads.map(\.transactionId))
+            response.entries = try queue.entries(includeFinished: true).filter { entry in
+                entry.download.map { downloadIds.contains($0.id) } ?? (transactionIds.contains(entry.transactionId) || entry.transactionId == id)
+            }
+        case .pause:
+            response.downloads = try control(request, states: [.waiting, .active]) { try queue.pause([$0]) }
+        case .resume:
+            if request.stalled == true {
+                response.downloads = try queue.requeueStalled()
+            } else {
+                response.downloads = try control(request, states: [.paused, .failed]) { try queue.resume([$0]) }
+            }
+        case .cancel:
+            response.downloads = try control(request, states: [.waiting, .active, .paused, .failed]) { try queue.cancel([$0]) }
+        case .discard:
+            response.downloads = try control(request, states: []) { id in try queue.discard(id).map { [$0] } ?? [] }
+        case .subscribe:
+            throw CourierError(.usage, "subscribe is served by the connection itself")
+        }
+        return response
+    }
+
+    /// Applies `operation` to the downloads `request` names (or, with `all`, to every download in
+    /// `states`). With one named download its refusal is the answer; otherwise downloads the
+    /// operation does not apply to are skipped.
+    private func control(
+        _ request: AgentRequest, states: Set<DownloadState>, _ operation: (String) throws -> [DownloadRecord]
+    ) throws -> [DownloadRecord] {
+        let targets: [DownloadRecord]
+        if request.all == true {
+            targets = try queue.entries().compactMap(\.download).filter { states.contains($0.state) }
+        } else {
+            guard let ids = request.ids, !ids.isEmpty else {
+                throw CourierError(.usage, "\(request.command.rawValue) needs ids or all")
+            }
+            targets = try ids.flatMap { try queue.resolve($0) }
+        }
+        let single = request.all != true && targets.count == 1
+        var changed: [DownloadRecord] = []
+        for target in targets {
+            do {
+                changed += try operation(target.id)
+            } catch let error as CourierError where !single && error.code == .invalidState {
+                continue
+            }
+        }
+        return changed
+    }
+
+    /// Runs async work from a socket thread and waits for it.
+    private func waitFor<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+        let box = AgentResultBox<T>()
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do { box.set(.success(try await body())) } catch { box.set(.failure(error)) }
+            done.signal()
+        }
+        done.wait()
+        return try box.get()
+    }
+}
+
+/// The network-retry attempts per download (in memory: a restarted agent starts over).
+final class RetryBook: @unchecked Sendable {  // @unchecked: `attemptsById` is guarded by `lock`.
+    private let lock = NSLock()
+    private var attemptsById: [String: Int] = [:]
+
+    func attempts(_ id: String) -> Int { lock.withLock { attemptsById[id] ?? 0 } }
+    func record(_ id: String) { lock.withLock { attemptsById[id, default: 0] += 1 } }
+    func forget(except live: Set<String>) { lock.withLock { attemptsById = attemptsById.filter { live.contains($0.key) } } }
+}
+
+/// A result handed from a task to a waiting thread.
+final class AgentResultBox<T: Sendable>: @unchecked Sendable {  // @unchecked: `result` is guarded by `lock`.
+    private let lock = NSLock()
+    private var result: Result<T, any Error> = .failure(CourierError(.internal, "no result"))
+
+    func set(_ value: Result<T, any Error>) { lock.withLock { result = value } }
+    func get() throws -> T { try lock.withLock { result }.get() }
+}
+
+/// Free space as the agent's insufficient-space retry sees it.
+public enum StorageSpace {
+    /// Bytes available to this user on the file system holding `url` (statvfs), or nil.
+    public static func available(at url: URL) -> Int64? {
+        var stats = statvfs()
+        guard statvfs(url.path, &stats) == 0 else { return nil }
+        return Int64(stats.f_bavail) * Int64(stats.f_frsize)
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A connected AF_UNIX stream socket carrying newline-delimited JSON: blocking reads and writes,
+/// used on dedicated threads only (never on Swift's cooperative pool).
+final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer` is touched by the one reading thread; writes hold `writeLock`.
+    let descriptor: Int32
+    private var buffer = Data()
+    private let writeLock = NSLock()
+    /// The longest line accepted (a receipt with many transactions fits easily).
+    static let maxLineBytes = 32 << 20
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    /// Connects to the socket at `path`. Throws `notFound` when nothing listens there.
+    static func connect(to path: String, timeout: Double) throws -> UnixSocketConnection {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw CourierError(.io, "cannot create a socket", cause: String(cString: strerror(errno))) }
+        var address = try UnixSocketAddress(path: path)
+        let result = address.withSockaddr { Glibc.connect(fd, $0, $1) }
+        guard result == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw CourierError(.notFound, "no agent listens on \(path)", cause: String(cString: strerror(code)))
+        }
+        var interval = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1e6))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
+        return UnixSocketConnection(descriptor: fd)
+    }
+
+    /// The next line without its newline, or nil at end of stream.
+    func readLine() throws -> Data? {
+        while true {
+            if let newline = buffer.firstIndex(of: 0x0A) {
+                let line = buffer[buffer.startIndex..<newline]
+                buffer = Data(buffer[(newline + 1)...])
+                return Data(line)
+            }
+            guard buffer.count <= Self.maxLineBytes else {
+                throw CourierError(.usage, "a control request is longer than \(Self.maxLineBytes) bytes")
+            }
+            var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                if code == EAGAIN || code == EWOULDBLOCK {
+                    throw CourierError(.network, "the agent did not answer in time")
+                }
+                throw CourierError(.io, "cannot read from the control socket", cause: String(cString: strerror(code)))
+            }
+            if count == 0 { return nil }
+            buffer.append(contentsOf: chunk[0..<count])
+        }
+    }
+
+    /// Writes all of `data` (MSG_NOSIGNAL: a closed peer is an error, never SIGPIPE).
+    func write(_ data: Data) throws {
+        try writeLock.withLock {
+            try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+                guard let base = raw.baseAddress else { return }
+                var offset = 0
+                while offset < raw.count {
+                    let sent = send(descriptor, base + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                    if sent < 0 {
+                        if errno == EINTR { continue }
+                        throw CourierError(.io, "cannot write to the control socket", cause: String(cString: strerror(errno)))
+                    }
+                    offset += sent
+                }
+            }
+        }
+    }
+
+    /// Whether the peer has closed its end (checked without blocking).
+    func peerClosed() -> Bool {
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        guard poll(&poller, 1, 0) > 0 else { return false }
+        if poller.revents & Int16(POLLHUP | POLLERR) != 0 { return true }
+        var byte: UInt8 = 0
+        return recv(descriptor, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
+    }
+
+    /// The uid of the process at the other end (SO_PEERCRED).
+    func peerUID() -> uid_t? {
+        var credentials = PeerCredentials()
+        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return nil }
+        return credentials.uid
+    }
+
+    /// Stops both directions so a thread blocked on this socket returns.
+    func shutdownBoth() {
+        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
+    }
+
+    func close() {
+        _ = Glibc.close(descriptor)
+    }
+}
+
+/// Linux's `struct ucred` as SO_PEERCRED fills it.
+struct PeerCredentials {
+    var pid: pid_t = 0
+    var uid: uid_t = 0
+    var gid: gid_t = 0
+}
+
+/// A `sockaddr_un` for a filesystem path.
+struct UnixSocketAddress {
+    private var storage = sockaddr_un()
+
+    init(path: String) throws {
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: storage.sun_path)
+        guard bytes.count < capacity else {
+            throw CourierError(
+                .usage, "the socket path \(path) is longer than \(capacity - 1) bytes", hint: "use a shorter --storage path")
+        }
+        storage.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &storage.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+    }
+
+    mutating func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        let length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        return withUnsafePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, length) }
+        }
+    }
+}
+
+/// A listening AF_UNIX stream socket at a path, mode 0600.
+final class UnixSocketListener: Sendable {
+    let descriptor: Int32
+    let path: String
+
+    /// Binds `path` with mode 0600. A socket file left by a dead agent is replaced; a live agent
+    /// on it is refused with `leased`.
+    init(path: String) throws {
+        if FileManager.default.fileExists(atPath: path) {
+            if let live = try? UnixSocketConnection.connect(to: path, timeout: 2) {
+                live.close()
+                throw CourierError(
+                    .leased, "an agent already listens on \(path)", hint: "stop it first, or use another --storage")
+            }
+            unlink(path)
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw CourierError(.io, "cannot create a socket", cause: String(cString: strerror(errno))) }
+        var address = try UnixSocketAddress(path: path)
+        // The socket is created 0600 (umask), so no other user can connect before the chmod.
+        let previous = umask(0o177)
+        let bound = address.withSockaddr { bind(fd, $0, $1) }
+        let bindErrno = errno
+        umask(previous)
+        guard bound == 0 else {
+            Glibc.close(fd)
+            throw CourierError(.io, "cannot bind the control socket \(path)", cause: String(cString: strerror(bindErrno)))
+        }
+        chmod(path, 0o600)
+        guard listen(fd, 64) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            unlink(path)
+            throw CourierError(.io, "cannot listen on \(path)", cause: String(cString: strerror(code)))
+        }
+        descriptor = fd
+        self.path = path
+    }
+
+    /// The next connection, or nil once the listener is shut down.
+    func accept() -> UnixSocketConnection? {
+        while true {
+            let fd = Glibc.accept(descriptor, nil, nil)
+            if fd >= 0 {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                return UnixSocketConnection(descriptor: fd)
+            }
+            if errno == EINTR || errno == ECONNABORTED { continue }
+            return nil
+        }
+    }
+
+    /// Wakes a thread blocked in `accept` (it then returns nil) and removes the socket file.
+    func stop() {
+        unlink(path)
+        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
+    }
+
+    /// Closes the descriptor: only once no thread is in `accept` any more.
+    func close() {
+        _ = Glibc.close(descriptor)
+    }
+}
