@@ -82,7 +82,10 @@ final class DeliveryRuntime: Sendable {
         placer = ContentPlacer(
             layout: layout, store: store, packages: configuration.packages, placement: configuration.placement, logger: logger)
         try placer.recover()
-        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: logger)
+        // A stale catalog served from the cache is worth a warning on stderr even when quiet.
+        var catalogLogger = logger
+        catalogLogger.logLevel = min(logger.logLevel, .warning)
+        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
         pipeline = DeliveryPipeline(
             queue: queue, downloader: TransferDownloadStage(engine: engine, credentials: TransferDownloadStage.bearerCredentials(from: queue)), installer: PlacementInstallStage(placer: placer),
             logger: logger)

@@ -158,8 +158,8 @@ struct DeliverIntegrationTests {
 
     @Test("kill -9 of deliver at random points over 20 trials, then run again: delivered, checksums right, finished once")
     func killAndContinue() throws {
-        // Small packages on a rate-limited origin (~2 s each) so most kills land mid-flow.
-        let shop = try Shop(payloadSize: 512 << 10, rateLimit: "256k")
+        // Small packages on a rate-limited origin (~1 s each) so most kills land mid-flow.
+        let shop = try Shop(payloadSize: 256 << 10, rateLimit: "256k")
         defer { shop.stop() }
         var landed = (beforeQueueing: 0, midFlow: 0, afterFinish: 0)
         for trial in 0..<20 {
@@ -170,7 +170,7 @@ struct DeliverIntegrationTests {
             let process = try CourierBinary.start(
                 shop.deliverArguments(receipt) + ["--storage", storage.path],
                 environment: ["COURIER_CONFIG": shop.directory.appending("courier.json").path], directory: shop.directory.url)
-            usleep(UInt32.random(in: 100_000...2_000_000))
+            usleep(UInt32.random(in: 100_000...1_300_000))
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             let before = try shop.courier(["list", "--all", "--json"], storage: storage).events.first?["entries"] as? [[String: Any]] ?? []
