@@ -67,6 +67,7 @@ final class DeliveryRuntime: Sendable {
     let engine: TransferEngine
     let placer: ContentPlacer
     let pipeline: DeliveryPipeline
+    let catalogLoader: CatalogLoader
     let logger: Logger
 
     init(global: GlobalOptions, configuration: CourierConfiguration) throws {
@@ -81,6 +82,10 @@ final class DeliveryRuntime: Sendable {
         placer = ContentPlacer(
             layout: layout, store: store, packages: configuration.packages, placement: configuration.placement, logger: logger)
         try placer.recover()
+        // A stale catalog served from the cache is worth a warning on stderr even when quiet.
+        var catalogLogger = logger
+        catalogLogger.logLevel = min(logger.logLevel, .warning)
+        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
         pipeline = DeliveryPipeline(
             queue: queue, downloader: TransferDownloadStage(engine: engine, credentials: TransferDownloadStage.bearerCredentials(from: queue)), installer: PlacementInstallStage(placer: placer),
             logger: logger)
@@ -97,15 +102,16 @@ final class DeliveryRuntime: Sendable {
         receiptFile: String, catalogOverride: String?, products: [String], restore: Bool,
         configuration: CourierConfiguration
     ) async throws -> [TransactionRecord] {
-        guard let location = configuration.catalog.map({ catalogOverride == nil ? configuration.resolvePath($0).path : $0 })
-        else {
+        guard let location = configuration.catalog else {
             throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
         }
         let receipt = try ReceiptValidator.readReceipt(URL(fileURLWithPath: receiptFile))
         let validator = try ReceiptValidator(
             configuration: configuration.receipts, baseDirectory: configuration.baseDirectory,
             transport: engine.httpTransport, logger: logger)
-        let loaded = try await ReceiptCLI.loadCatalog(location, transport: engine.httpTransport)
+        let loaded = try await catalogLoader.load(
+            location,
+            relativeTo: catalogOverride == nil ? configuration.baseDirectory : URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
         let transactions = try await pipeline.enqueue(
             receipt: receipt, validator: ReceiptValidationStage(validator: validator),
             entitlements: CatalogEntitlementStage(catalog: loaded.catalog, location: loaded.url),

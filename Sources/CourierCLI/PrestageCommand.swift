@@ -46,7 +46,7 @@ struct PrestageCommand: AsyncParsableCommand {
             var transferConfiguration = configuration
             transferConfiguration.transfer.maxConcurrentTransfers = jobs
             transferConfiguration.transfer.maxTransfersPerHost = jobs
-            let services = try PrestageServices(configuration: transferConfiguration)
+            let services = try PrestageServices(configuration: transferConfiguration, layout: global.layout)
             defer { services.shutdown() }
             let (upstream, upstreamLocation) = try await services.loadCatalog(
                 location,
@@ -274,11 +274,14 @@ struct PrestageServices {
     let engine: TransferEngine
     let fetcher: any PackageFetcher
     let checker: any PackageChecker
+    let catalogLoader: CatalogLoader
 
-    init(configuration: CourierConfiguration) throws {
+    init(configuration: CourierConfiguration, layout: StorageLayout) throws {
         var logger = Logger(label: "courier.transfer")
         logger.logLevel = .error
         engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
+        logger.logLevel = .warning
+        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: logger)
         fetcher = TransferPackageFetcher(engine: engine)
         checker = InspectingPackageChecker(limits: configuration.packages)
     }
@@ -290,7 +293,7 @@ struct PrestageServices {
     /// The upstream catalog (a file, or a URL fetched on the engine's connections) and the
     /// location its relative URLs resolve against.
     func loadCatalog(_ location: String, relativeTo base: URL) async throws -> (Catalog, URL?) {
-        let (catalog, url) = try await CatalogLoader.load(location, relativeTo: base, transport: engine.httpTransport)
-        return (catalog, url)
+        let loaded = try await catalogLoader.load(location, relativeTo: base)
+        return (loaded.catalog, loaded.url)
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Courier
 import Foundation
+import Logging
 
 /// `courier receipt`: verify receipts and show what they unlock.
 struct ReceiptCommand: AsyncParsableCommand {
@@ -73,10 +74,14 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
             let configuration = try global.loadConfiguration()
             let transport = try makeReceiptTransport(configuration)
             let validator = try receipt.validator(configuration, transport: transport)
-            guard let location = catalog ?? configuration.catalog.map({ configuration.resolvePath($0).path }) else {
+            guard let location = catalog ?? configuration.catalog else {
                 throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
             }
-            let loaded = try await ReceiptCLI.loadCatalog(location, transport: transport)
+            var logger = Logger(label: "courier.catalog")
+            logger.logLevel = .warning
+            let loaded = try await CatalogLoader(transport: transport, layout: global.layout, logger: logger).load(
+                location,
+                relativeTo: catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory)
             var transactions: [VerifiedTransaction] = []
             for file in files {
                 transactions += try await ReceiptCLI.reportingCheck(output) {
@@ -184,32 +189,5 @@ enum ReceiptCLI {
         ]
         if let itemId = entry.itemId { object["itemId"] = itemId }
         return object
-    }
-
-    /// A catalog from a file or an http(s) URL, and its location for resolving relative URLs.
-    static func loadCatalog(
-        _ location: String,
-        transport: any HTTPTransport
-    ) async throws -> (catalog: Catalog, url: URL?) {
-        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https"
-        {
-            let response = try await transport.send(HTTPRequest(url: url))
-            guard response.status == 200 else {
-                throw CourierError(
-                    .network,
-                    "the catalog \(location) answered HTTP \(response.status)",
-                    cause: "HTTP \(response.status)"
-                )
-            }
-            return (try Catalog.decode(response.body), url)
-        }
-        let file = URL(fileURLWithPath: location)
-        let data: Data
-        do {
-            data = try Data(contentsOf: file)
-        } catch {
-            throw CourierError(.usage, "cannot read the catalog \(file.path)", cause: "\(error)")
-        }
-        return (try Catalog.decode(data), file)
     }
 }

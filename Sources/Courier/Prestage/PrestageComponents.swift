@@ -57,26 +57,3 @@ public struct InspectingPackageChecker: PackageChecker {
         return info.unpackedSize
     }
 }
-
-/// Loads an upstream catalog from a file or an http(s) URL.
-public enum CatalogLoader {
-    /// The catalog at `location` (a path, relative to `base`, or a URL fetched with `transport`)
-    /// and the URL its relative package URLs resolve against.
-    public static func load(_ location: String, relativeTo base: URL, transport: any HTTPTransport) async throws -> (Catalog, URL) {
-        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" {
-            let response = try await transport.send(HTTPRequest(url: url, headers: [("Accept", "application/json")]))
-            guard response.status == 200 else {
-                throw CourierError(.network, "the catalog \(location) answered HTTP \(response.status)", cause: "HTTP \(response.status)")
-            }
-            return (try Catalog.decode(response.body), url)
-        }
-        let file = location.hasPrefix("/") ? URL(fileURLWithPath: location) : base.appendingPathComponent(location).standardizedFileURL
-        let data: Data
-        do {
-            data = try Data(contentsOf: file)
-        } catch {
-            throw CourierError(.usage, "cannot read the catalog \(file.path)", cause: "\(error)")
-        }
-        return (try Catalog.decode(data), file)
-    }
-}

@@ -28,6 +28,8 @@ public struct StorageLayout: Sendable, Hashable {
     public var caches: URL { root.appendingPathComponent("Caches", isDirectory: true) }
     /// Kept content, one folder per product, excluded from backups.
     public var documents: URL { root.appendingPathComponent("Documents", isDirectory: true) }
+    /// Fetched catalogs with their HTTP validators (ETag, Last-Modified), see `CatalogLoader`.
+    public var catalogs: URL { root.appendingPathComponent("Catalogs", isDirectory: true) }
     /// The running agent's control socket.
     public var agentSocket: URL { root.appendingPathComponent("agent.sock") }
 

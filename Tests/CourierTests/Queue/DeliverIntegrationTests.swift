@@ -121,6 +121,8 @@ struct DeliverIntegrationTests {
         // Only the catalog was fetched again; no package.
         let after = shop.nginx.accessLog().dropFirst(requests)
         #expect(after.allSatisfy { $0.contains("catalog.json") }, "\(Array(after))")
+        // ... and revalidated from the cache under Storage/Catalogs: nginx answered 304.
+        #expect(after.contains { $0.contains("catalog.json") && $0.contains("\" 304 ") }, "\(Array(after))")
         #expect(!(try FileManager.default.contentsOfDirectory(atPath: shop.storage.appendingPathComponent("Downloads").path)).contains { $0.hasSuffix(".part") })
     }
 
@@ -154,27 +156,49 @@ struct DeliverIntegrationTests {
         #expect(try shop.courier(shop.deliverArguments(receipt) + ["--restore"]).status == 2)
     }
 
-    @Test("kill -9 of deliver at random points, then run again: delivered, checksums right, finished once")
+    @Test("kill -9 of deliver at random points over 20 trials, then run again: delivered, checksums right, finished once")
     func killAndContinue() throws {
-        let shop = try Shop(payloadSize: 3 << 20, rateLimit: "4m")
+        // Small packages on a rate-limited origin (~1 s each) so most kills land mid-flow.
+        let shop = try Shop(payloadSize: 256 << 10, rateLimit: "256k")
         defer { shop.stop() }
-        for trial in 0..<5 {
+        var landed = (beforeQueueing: 0, midFlow: 0, afterFinish: 0)
+        for trial in 0..<20 {
             let storage = shop.directory.appending("Storage-\(trial)")
             let receipt = try shop.receipt(Shop.products, name: "receipt-\(trial).txt")
+            // Through `courier` first so the configuration file exists before the process starts.
+            _ = try shop.courier(["list", "--json"], storage: storage)
             let process = try CourierBinary.start(
                 shop.deliverArguments(receipt) + ["--storage", storage.path],
                 environment: ["COURIER_CONFIG": shop.directory.appending("courier.json").path], directory: shop.directory.url)
-            usleep(UInt32.random(in: 300_000...1_800_000))
+            usleep(UInt32.random(in: 100_000...1_300_000))
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
+            let before = try shop.courier(["list", "--all", "--json"], storage: storage).events.first?["entries"] as? [[String: Any]] ?? []
+            if before.isEmpty {
+                landed.beforeQueueing += 1
+            } else if before.allSatisfy({ $0["transactionState"] as? String == "finished" }) {
+                landed.afterFinish += 1
+            } else {
+                landed.midFlow += 1
+            }
+
             let again = try shop.courier(shop.deliverArguments(receipt), storage: storage)
             #expect(again.status == 0, "trial \(trial): \(again.stderr)")
             for product in Shop.products { #expect(shop.isPlaced(product, storage: storage), "trial \(trial) \(product)") }
             let list = try shop.courier(["list", "--all", "--json"], storage: storage)
             let entries = try #require(list.events.first?["entries"] as? [[String: Any]])
-            #expect(entries.count == 3)
-            #expect(entries.allSatisfy { $0["transactionState"] as? String == "finished" })
+            // Finished exactly once: three transactions, each finished, and a third run has nothing to do.
+            #expect(entries.count == 3, "trial \(trial)")
+            #expect(Set(entries.compactMap { $0["transactionId"] as? String }).count == 3, "trial \(trial)")
+            #expect(entries.allSatisfy { $0["transactionState"] as? String == "finished" }, "trial \(trial)")
+            let third = try shop.courier(shop.deliverArguments(receipt), storage: storage)
+            #expect(third.status == 0 && third.stdout.contains("already delivered"), "trial \(trial): \(third.stdout)")
+            #expect(
+                !((try? FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("Downloads").path)) ?? [])
+                    .contains { $0.hasSuffix(".part") }, "trial \(trial)")
         }
+        print("kill -9 of deliver, 20 trials: \(landed.beforeQueueing) before queueing, \(landed.midFlow) mid-flow, \(landed.afterFinish) after finishing")
+        #expect(landed.midFlow > 0, "no kill landed mid-flow")
     }
 
     @Test("SIGTERM pauses deliver with exit 7; resume --stalled finishes it without refetching durable bytes")

@@ -1,0 +1,140 @@
+import Crypto
+import Foundation
+import Logging
+
+/// A catalog and where it came from.
+public struct LoadedCatalog: Sendable {
+    /// How the catalog was obtained.
+    public enum Source: String, Sendable {
+        /// Read from a file.
+        case file
+        /// Fetched in full (HTTP 200) and cached.
+        case network
+        /// The origin answered 304 Not Modified: the cached copy is current.
+        case notModified
+        /// The origin could not be reached or failed: the cached copy was used (a warning is logged).
+        case staleCache
+    }
+
+    public let catalog: Catalog
+    /// The location relative package URLs resolve against: the file, or the catalog's URL.
+    public let url: URL
+    public let source: Source
+}
+
+/// Loads a catalog from a file or an http(s) URL, the way every command does.
+///
+/// A fetched catalog is cached under `Storage/Catalogs/` (`<sha256 of the URL>.json` and its
+/// validators in `<sha256>.validators.json`). The next load revalidates it with `If-None-Match` /
+/// `If-Modified-Since`: a 304 answers with the cached copy; when the origin cannot be reached or
+/// fails (5xx) and a cached copy exists, that copy is used and a warning logged. A catalog that
+/// does not decode is never cached.
+public struct CatalogLoader: Sendable {
+    public let transport: any HTTPTransport
+    /// Where fetched catalogs are cached; nil loads without a cache.
+    public let cacheDirectory: URL?
+    public let logger: Logger
+
+    public init(transport: any HTTPTransport, layout: StorageLayout?, logger: Logger) {
+        self.transport = transport
+        self.cacheDirectory = layout?.catalogs
+        self.logger = logger
+    }
+
+    /// The catalog at `location`: an http(s) URL, an absolute path, or a path relative to `base`
+    /// (the current directory for a command-line option, the configuration's folder for a
+    /// configured catalog).
+    public func load(_ location: String, relativeTo base: URL) async throws -> LoadedCatalog {
+        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" {
+            return try await fetch(url)
+        }
+        let file = location.hasPrefix("/") ? URL(fileURLWithPath: location) : base.appendingPathComponent(location).standardizedFileURL
+        let data: Data
+        do {
+            data = try Data(contentsOf: file)
+        } catch {
+            throw CourierError(.usage, "cannot read the catalog \(file.path)", cause: "\(error)")
+        }
+        return LoadedCatalog(catalog: try Catalog.decode(data), url: file, source: .file)
+    }
+
+    /// The cache entry for `url`: the body file and the validators file.
+    public func cacheFiles(for url: URL) -> (body: URL, validators: URL)? {
+        guard let cacheDirectory else { return nil }
+        let key = SHA256.hash(data: Data(url.absoluteString.utf8)).map { String(format: "%02x", $0) }.joined()
+        return (
+            cacheDirectory.appendingPathComponent("\(key).json"),
+            cacheDirectory.appendingPathComponent("\(key).validators.json")
+        )
+    }
+
+    private struct Validators: Codable {
+        var url: String
+        var etag: String?
+        var lastModified: String?
+    }
+
+    private func fetch(_ url: URL) async throws -> LoadedCatalog {
+        let files = cacheFiles(for: url)
+        let cached = files.flatMap(readCache)
+        var headers: [(String, String)] = [("Accept", "application/json")]
+        if let cached {
+            if let etag = cached.validators.etag { headers.append(("If-None-Match", etag)) }
+            if let lastModified = cached.validators.lastModified { headers.append(("If-Modified-Since", lastModified)) }
+        }
+        let response: HTTPResponse
+        do {
+            response = try await transport.send(HTTPRequest(url: url, headers: headers))
+        } catch {
+            guard let cached else { throw error }
+            logger.warning(
+                "catalog origin unreachable; using the cached copy",
+                metadata: ["url": "\(url.absoluteString)", "error": "\(error)"])
+            return LoadedCatalog(catalog: cached.catalog, url: url, source: .staleCache)
+        }
+        switch response.status {
+        case 304:
+            guard let cached else {
+                throw CourierError(.network, "the catalog \(url.absoluteString) answered 304 to an unconditional request", cause: "HTTP 304")
+            }
+            return LoadedCatalog(catalog: cached.catalog, url: url, source: .notModified)
+        case 200:
+            let catalog = try Catalog.decode(response.body)
+            if let files {
+                store(response, for: url, in: files)
+            }
+            return LoadedCatalog(catalog: catalog, url: url, source: .network)
+        default:
+            if (500...599).contains(response.status), let cached {
+                logger.warning(
+                    "catalog origin failed; using the cached copy",
+                    metadata: ["url": "\(url.absoluteString)", "status": "\(response.status)"])
+                return LoadedCatalog(catalog: cached.catalog, url: url, source: .staleCache)
+            }
+            throw CourierError(.network, "the catalog \(url.absoluteString) answered HTTP \(response.status)", cause: "HTTP \(response.status)")
+        }
+    }
+
+    private func readCache(_ files: (body: URL, validators: URL)) -> (catalog: Catalog, validators: Validators)? {
+        guard let validatorData = try? Data(contentsOf: files.validators),
+            let validators = try? JSONDecoder().decode(Validators.self, from: validatorData),
+            let body = try? Data(contentsOf: files.body),
+            let catalog = try? Catalog.decode(body)
+        else { return nil }
+        return (catalog, validators)
+    }
+
+    /// Caches a 200 answer; a failure to cache is logged, never fatal (the catalog was fetched).
+    private func store(_ response: HTTPResponse, for url: URL, in files: (body: URL, validators: URL)) {
+        let validators = Validators(url: url.absoluteString, etag: response.headers["etag"], lastModified: response.headers["last-modified"])
+        do {
+            try FileManager.default.createDirectory(
+                at: files.body.deletingLastPathComponent(), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            // Body first, validators second: validators never describe a body that is not there.
+            try response.body.write(to: files.body, options: .atomic)
+            try JSONEncoder().encode(validators).write(to: files.validators, options: .atomic)
+        } catch {
+            logger.warning("cannot cache the catalog", metadata: ["url": "\(url.absoluteString)", "error": "\(error)"])
+        }
+    }
+}
