@@ -83,7 +83,8 @@ struct AgentCommand: AsyncParsableCommand {
             let transport = engine.httpTransport
             let agent = CourierAgent(queue: queue, pipeline: pipeline, webhook: webhookNotifier, options: options, logger: logger) {
                 request in
-                try await Self.enqueue(request, configuration: agentConfiguration, pipeline: pipeline, transport: transport, logger: logger)
+                try await Self.enqueue(
+                    request, configuration: agentConfiguration, pipeline: pipeline, transport: transport, layout: layout, logger: logger)
             }
             var groupConfiguration = ServiceGroupConfiguration(
                 services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -96,7 +97,7 @@ struct AgentCommand: AsyncParsableCommand {
     /// Validates an enqueued receipt with the agent's receipt settings and queues what it proves.
     static func enqueue(
         _ request: AgentRequest, configuration: CourierConfiguration, pipeline: DeliveryPipeline, transport: any HTTPTransport,
-        logger: Logger
+        layout: StorageLayout, logger: Logger
     ) async throws -> [TransactionRecord] {
         guard let receipt = request.receiptData, !receipt.isEmpty else {
             throw CourierError(.usage, "enqueue needs the receipt's bytes (base64)")
@@ -107,7 +108,8 @@ struct AgentCommand: AsyncParsableCommand {
         }
         let validator = try ReceiptValidator(
             configuration: configuration.receipts, baseDirectory: configuration.baseDirectory, transport: transport, logger: logger)
-        let loaded = try await ReceiptCLI.loadCatalog(location, transport: transport)
+        let loaded = try await CatalogLoader(transport: transport, layout: layout, logger: logger).load(
+            location, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
         let products = request.products ?? []
         let transactions = try await pipeline.enqueue(
             receipt: receipt, validator: ReceiptValidationStage(validator: validator),
