@@ -81,6 +81,10 @@ final class AgentControlServer: @unchecked Sendable {  // @unchecked: `connectio
             logger.warning("refused a control connection from another user", metadata: ["uid": "\(connection.peerUID().map { "\($0)" } ?? "?")"])
             let refusal = AgentResponse.failure(
                 CourierError(.notEntitled, "the agent serves only its own user (uid \(allowedUID))"))
+            // Take the client's request first (waiting 2 s at most): closing with it unread would
+            // reset the connection and could discard the refusal before the client reads it.
+            connection.setReceiveTimeout(2)
+            _ = try? connection.readLine()
             if let line = try? AgentWire.encode(refusal) { try? connection.write(line) }
             return
         }

@@ -95,6 +95,12 @@ final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer`
         return credentials.uid
     }
 
+    /// Bounds how long a read waits (SO_RCVTIMEO); a read past it fails.
+    func setReceiveTimeout(_ seconds: Double) {
+        var interval = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - seconds.rounded(.down)) * 1e6))
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
+    }
+
     /// Stops both directions so a thread blocked on this socket returns.
     func shutdownBoth() {
         _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
