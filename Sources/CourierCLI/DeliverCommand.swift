@@ -17,31 +17,17 @@ struct DeliverCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var receiptOptions: ReceiptOptions
 
-    @Option(name: .customLong("receipt"), help: ArgumentHelp("The receipt: JWS signed transactions or a legacy receipt.", valueName: "file"))
-    var receiptFile: String
-
-    @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
-    var catalog: String?
-
-    @Option(name: .customLong("product"), help: ArgumentHelp("Deliver only this product (repeatable).", valueName: "id"))
-    var products: [String] = []
-
-    @Flag(help: "Restore the completed transactions of the products named by --product.")
-    var restore = false
-
-    func validate() throws {
-        if restore && products.isEmpty { throw ValidationError("--restore needs the products to restore: --product ID") }
-    }
+    @OptionGroup var purchase: PurchaseOptions
 
     func run() async throws {
         try await global.run { output in
             var configuration = try global.loadConfiguration()
             receiptOptions.apply(to: &configuration)
-            if let catalog { configuration.catalog = catalog }
+            if let catalog = purchase.catalog { configuration.catalog = catalog }
             let runtime = try DeliveryRuntime(global: global, configuration: configuration)
             defer { runtime.shutdown() }
             let transactions = try await runtime.enqueue(
-                receiptFile: receiptFile, catalogOverride: catalog, products: products, restore: restore,
+                receiptFile: purchase.receiptFile, catalogOverride: purchase.catalog, products: purchase.products, restore: purchase.restore,
                 configuration: configuration)
             let ids = Set(transactions.map(\.id))
             if transactions.allSatisfy({ $0.state == .finished }) {

@@ -12,33 +12,19 @@ struct EnqueueCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var receiptOptions: ReceiptOptions
 
-    @Option(name: .customLong("receipt"), help: ArgumentHelp("The receipt: JWS signed transactions or a legacy receipt.", valueName: "file"))
-    var receiptFile: String
-
-    @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
-    var catalog: String?
-
-    @Option(name: .customLong("product"), help: ArgumentHelp("Queue only this product (repeatable).", valueName: "id"))
-    var products: [String] = []
-
-    @Flag(help: "Restore the completed transactions of the products named by --product.")
-    var restore = false
-
-    func validate() throws {
-        if restore && products.isEmpty { throw ValidationError("--restore needs the products to restore: --product ID") }
-    }
+    @OptionGroup var purchase: PurchaseOptions
 
     func run() async throws {
         try await global.run { output in
             var configuration = try global.loadConfiguration()
             receiptOptions.apply(to: &configuration)
-            if let catalog { configuration.catalog = catalog }
+            if let catalog = purchase.catalog { configuration.catalog = catalog }
             if let agent = AgentRoute.client(global) {  // hand the purchase to the running agent
-                let receipt = try Data(contentsOf: URL(fileURLWithPath: receiptFile))
+                let receipt = try Data(contentsOf: URL(fileURLWithPath: purchase.receiptFile))
                 let answer = try agent.send(
                     AgentRequest(
-                        .enqueue, receipt: receipt, catalog: AgentRoute.absoluteCatalog(catalog),
-                        products: products.isEmpty ? nil : products, restore: restore ? true : nil))
+                        .enqueue, receipt: receipt, catalog: AgentRoute.absoluteCatalog(purchase.catalog),
+                        products: purchase.products.isEmpty ? nil : purchase.products, restore: purchase.restore ? true : nil))
                 let downloads = answer.downloads ?? []
                 report(answer.transactions ?? [], output: output, via: "the agent") { id in downloads.filter { $0.transactionId == id } }
                 return
@@ -46,7 +32,7 @@ struct EnqueueCommand: AsyncParsableCommand {
             let runtime = try DeliveryRuntime(global: global, configuration: configuration)
             defer { runtime.shutdown() }
             let transactions = try await runtime.enqueue(
-                receiptFile: receiptFile, catalogOverride: catalog, products: products, restore: restore,
+                receiptFile: purchase.receiptFile, catalogOverride: purchase.catalog, products: purchase.products, restore: purchase.restore,
                 configuration: configuration)
             let queue = runtime.queue
             try report(transactions, output: output, via: nil) { try queue.downloads(transactionId: $0) }
