@@ -46,7 +46,9 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
     func configure(_ easy: UnsafeMutableRawPointer) throws {}
 
     /// The options every request shares: its URL, no signals, redirects up to the limit over
-    /// http(s) only, TLS verification on, the connect timeout (capped by `connectTimeout`).
+    /// http(s) only (https only from an https URL, so a redirect never downgrades to plain http
+    /// unless `allowInsecureHTTP`), TLS verification on, the connect timeout (capped by
+    /// `connectTimeout`).
     func configureCommon(
         _ easy: UnsafeMutableRawPointer,
         url: URL,
@@ -58,7 +60,8 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
         _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
         _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
         _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        let downgradeAllowed = url.scheme?.lowercased() != "https" || configuration.allowInsecureHTTP
+        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, downgradeAllowed ? "http,https" : "https")
         _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
         _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
         _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(connectTimeout, configuration.connectTimeout) * 1000))
