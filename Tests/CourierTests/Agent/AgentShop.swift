@@ -5,41 +5,19 @@ import Foundation
 /// A sandbox store, Info-ZIP packages, a catalog and an nginx origin on loopback, plus helpers
 /// to run `courier agent` on a storage and watch its queue.
 struct AgentShop {
-    let directory: TemporaryDirectory
-    let sandbox: SandboxStore
-    let nginx: NginxServer
-    let payloads: [String: Data]
-    let placements: [String: Catalog.Placement]
+    /// The sandbox store, packages, catalog and nginx origin the deliver tests use too.
+    let shop: Shop
 
-    static let products = ["com.example.levels", "com.example.music", "com.example.maps"]
+    var directory: TemporaryDirectory { shop.directory }
+    var sandbox: SandboxStore { shop.sandbox }
+    var nginx: NginxServer { shop.nginx }
+    var payloads: [String: Data] { shop.payloads }
+    var placements: [String: Catalog.Placement] { shop.placements }
+
+    static let products = Shop.products
 
     init(payloadSize: Int = 64 * 1024, rateLimit: String? = nil) throws {
-        directory = try TemporaryDirectory(prefix: "courier-agent")
-        sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
-        let www = directory.appending("www")
-        try FileManager.default.createDirectory(at: www, withIntermediateDirectories: true)
-        var payloads: [String: Data] = [:]
-        var placements: [String: Catalog.Placement] = [:]
-        var products: [Catalog.Product] = []
-        for (index, product) in Self.products.enumerated() {
-            let payload = PackageFixtures.noise(payloadSize, seed: UInt64(index + 11))
-            let package = www.appendingPathComponent("\(product).zip")
-            try PackageFixtures.infoZip(product: product, version: "1.0", files: ["data.bin": payload], at: package, level: 0)
-            let bytes = try Data(contentsOf: package)
-            let placement: Catalog.Placement = index == 1 ? .cache : .documents
-            payloads[product] = payload
-            placements[product] = placement
-            products.append(
-                Catalog.Product(
-                    productId: product,
-                    content: Catalog.Content(
-                        url: "\(product).zip", sha256: QueueFixtures.sha256(bytes), length: Int64(bytes.count),
-                        version: "1.0", placement: placement)))
-        }
-        try Catalog(bundleId: "com.example.app", products: products).encoded().write(to: www.appendingPathComponent("catalog.json"))
-        nginx = try NginxServer(root: www, extraLocations: rateLimit.map { "limit_rate \($0);" } ?? "")
-        self.payloads = payloads
-        self.placements = placements
+        shop = try Shop(payloadSize: payloadSize, rateLimit: rateLimit)
         let config = #"{"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRetries": 2, "initialBackoff": 0.1}}"#
         try Data(config.utf8).write(to: configFile)
     }
