@@ -69,8 +69,10 @@ struct AgentCommand: AsyncParsableCommand {
                 guard let url = URL(string: address), url.scheme == "http" || url.scheme == "https" else {
                     throw ValidationError("the finish webhook must be an http(s) URL, not \(address)")
                 }
-                webhookNotifier = FinishWebhook(
+                let webhook = FinishWebhook(
                     url: url, store: store, transport: engine.httpTransport, initialBackoff: retryBackoff, logger: logger)
+                webhook.attach(to: queue)
+                webhookNotifier = webhook
             }
             let pipeline = DeliveryPipeline(
                 queue: queue, downloader: TransferDownloadStage(engine: engine, credentials: TransferDownloadStage.bearerCredentials(from: queue)),

@@ -15,6 +15,8 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     /// Whether standard output is a terminal.
     let stdoutIsTerminal: Bool
     private let lock = NSLock()
+    /// How many lines the transient status block on standard error has now (0: none drawn).
+    private var statusLines = 0
 
     init(json: Bool) {
         self.json = json
@@ -51,14 +53,37 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
 
     /// Draws a transient status line on the terminal (standard error), replacing the last one.
     func status(_ text: String) {
-        guard stderrIsTerminal, !json else { return }
-        write("\r\u{1B}[2K" + text, to: STDERR_FILENO)
+        statusBlock([text])
     }
 
-    /// Ends a transient status line so the next output starts on a fresh line.
+    /// Draws a transient block of status lines on the terminal (standard error), replacing the
+    /// block drawn last. Lines should fit the terminal (`terminalColumns`), or the block drifts.
+    func statusBlock(_ lines: [String]) {
+        guard stderrIsTerminal, !json, !lines.isEmpty else { return }
+        lock.withLock {
+            // Back to the first column of the block drawn last, clear to the end of the screen.
+            var text = "\r" + (statusLines > 1 ? "\u{1B}[\(statusLines - 1)A" : "") + "\u{1B}[J"
+            text += lines.joined(separator: "\n")
+            statusLines = lines.count
+            writeLocked(text, to: STDERR_FILENO)
+        }
+    }
+
+    /// Ends the transient status block so the next output starts on a fresh line below it.
     func endStatus() {
         guard stderrIsTerminal, !json else { return }
-        write("\n", to: STDERR_FILENO)
+        lock.withLock {
+            guard statusLines > 0 else { return }
+            statusLines = 0
+            writeLocked("\n", to: STDERR_FILENO)
+        }
+    }
+
+    /// The width of the terminal on standard error (80 when it cannot be told).
+    var terminalColumns: Int {
+        var size = winsize()
+        guard ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return 80 }
+        return Int(size.ws_col)
     }
 
     /// Reports `error` (a JSON document with `--json`) and returns the exit code to end with.
@@ -87,8 +112,17 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     }
 
     private func write(_ text: String, to descriptor: Int32) {
-        lock.lock()
-        defer { lock.unlock() }
+        lock.withLock {
+            // Text on standard error while a status block is drawn starts below it.
+            if descriptor == STDERR_FILENO, statusLines > 0 {
+                statusLines = 0
+                writeLocked("\n", to: STDERR_FILENO)
+            }
+            writeLocked(text, to: descriptor)
+        }
+    }
+
+    private func writeLocked(_ text: String, to descriptor: Int32) {
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
             let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }

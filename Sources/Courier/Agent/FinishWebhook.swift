@@ -6,8 +6,7 @@ extension QueueSchema {
     /// The agent's finish-webhook outbox: one row per finished transaction to announce, kept
     /// until the configured URL acknowledges it with a 2xx, so a restart keeps retrying.
     static func createAgentV1(_ db: Database) throws {
-        try db.execute(
-            sql: """
+        try db.execute(sql: """
                 CREATE TABLE webhook_outbox (
                     transactionId TEXT PRIMARY KEY NOT NULL,
                     url TEXT NOT NULL,
@@ -46,20 +45,31 @@ public final class FinishWebhook: FinishNotifying, Sendable {
         self.logger = logger
     }
 
-    /// Queues the announcement of `transaction` (idempotent); `deliverDue` sends it.
+    /// Writes the outbox row of every transaction `queue` finishes in the finishing database
+    /// transaction itself, so a crash between the two cannot lose an announcement.
+    public func attach(to queue: PaymentQueue) {
+        let url = url
+        queue.onFinish { db, transaction in try Self.record(transaction, url: url, in: db) }
+    }
+
+    /// Queues the announcement of `transaction` (idempotent: a no-op when `attach(to:)` wrote it
+    /// already); `deliverDue` sends it.
     public func transactionFinished(_ transaction: TransactionRecord) async throws {
+        let url = url
+        try await store.pool.write { db in try Self.record(transaction, url: url, in: db) }
+    }
+
+    static func record(_ transaction: TransactionRecord, url: URL, in db: Database) throws {
         let body = try JSONSerialization.data(
             withJSONObject: ["event": "finished", "transactionId": transaction.id, "productId": transaction.productId],
             options: [.sortedKeys])
         let now = Date().timeIntervalSince1970
-        try await store.pool.write { db in
-            try db.execute(
-                sql: """
-                    INSERT OR IGNORE INTO webhook_outbox (transactionId, url, body, nextAttemptAt, createdAt)
-                    VALUES (?, ?, ?, ?, ?)
-                    """,
-                arguments: [transaction.id, url.absoluteString, String(decoding: body, as: UTF8.self), now, now])
-        }
+        try db.cachedStatement(
+            sql: """
+                INSERT OR IGNORE INTO webhook_outbox (transactionId, url, body, nextAttemptAt, createdAt)
+                VALUES (?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [transaction.id, url.absoluteString, String(decoding: body, as: UTF8.self), now, now])
     }
 
     private struct Due: Sendable {
@@ -81,7 +91,7 @@ public final class FinishWebhook: FinishNotifying, Sendable {
     /// The outbox, oldest first.
     public func outbox() throws -> [Pending] {
         try store.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM webhook_outbox ORDER BY createdAt, transactionId").map { row in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM webhook_outbox ORDER BY createdAt, transactionId")).map { row in
                 Pending(
                     transactionId: row["transactionId"], url: row["url"], attempts: row["attempts"],
                     deliveredAt: (row["deliveredAt"] as Double?).map { Date(timeIntervalSince1970: $0) },
@@ -97,11 +107,10 @@ public final class FinishWebhook: FinishNotifying, Sendable {
         do {
             due = try await store.pool.read { db in
                 try Row.fetchAll(
-                    db,
-                    sql: """
+                    db.cachedStatement(sql: """
                         SELECT transactionId, url, body, attempts FROM webhook_outbox
                         WHERE deliveredAt IS NULL AND nextAttemptAt <= ? ORDER BY nextAttemptAt LIMIT 32
-                        """,
+                        """),
                     arguments: [now.timeIntervalSince1970]
                 ).map { row in Due(id: row["transactionId"], url: row["url"], body: row["body"], attempts: row["attempts"]) }
             }
@@ -133,13 +142,9 @@ public final class FinishWebhook: FinishNotifying, Sendable {
             do {
                 try await store.pool.write { db in
                     if let outcome {
-                        try db.execute(
-                            sql: "UPDATE webhook_outbox SET attempts = ?, nextAttemptAt = ?, lastError = ? WHERE transactionId = ?",
-                            arguments: [attempts, stamp + delay, outcome, item.id])
+                        try db.cachedStatement(sql: "UPDATE webhook_outbox SET attempts = ?, nextAttemptAt = ?, lastError = ? WHERE transactionId = ?").execute(arguments: [attempts, stamp + delay, outcome, item.id])
                     } else {
-                        try db.execute(
-                            sql: "UPDATE webhook_outbox SET attempts = ?, deliveredAt = ?, lastError = NULL WHERE transactionId = ?",
-                            arguments: [attempts, stamp, item.id])
+                        try db.cachedStatement(sql: "UPDATE webhook_outbox SET attempts = ?, deliveredAt = ?, lastError = NULL WHERE transactionId = ?").execute(arguments: [attempts, stamp, item.id])
                     }
                 }
             } catch {

@@ -65,7 +65,7 @@ public struct PlacementInstallStage: ContentInstalling {
     public func install(package: URL, for download: DownloadRecord) throws -> URL {
         let delivered = try placer.install(
             package: package, contentIdentifier: download.contentIdentifier, productId: download.productId,
-            version: download.version, placement: download.placement, force: force)
+            version: download.version, placement: download.placement, force: force, verifiedSHA256: download.sha256)
         return placer.contentURL(delivered.contentIdentifier, placement: delivered.placement)
     }
 }

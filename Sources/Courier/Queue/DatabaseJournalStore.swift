@@ -26,13 +26,11 @@ public struct DatabaseJournalStore: ResumeJournalStore {
     public func save(_ journal: ResumeJournal) throws {
         do {
             try store.pool.write { db in
-                try db.execute(
-                    sql: """
+                try db.cachedStatement(sql: """
                         UPDATE downloads SET etag = ?, lastModified = ?, totalLength = ?, durableOffset = ?,
                             bytesReceived = MAX(bytesReceived, ?), updatedAt = ?
                         WHERE id = ? AND state != 'cancelled' AND state != 'finished'
-                        """,
-                    arguments: [
+                        """).execute(arguments: [
                         journal.etag, journal.lastModified, journal.totalLength, journal.durableOffset,
                         journal.durableOffset, Date().timeIntervalSince1970, journal.downloadId,
                     ])

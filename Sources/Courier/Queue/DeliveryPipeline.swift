@@ -269,12 +269,11 @@ public final class DeliveryPipeline: Sendable {
         let (condition, arguments) = scope.condition
         return try queue.read { db in
             try Row.fetchAll(
-                db,
-                sql: """
+                db.cachedStatement(sql: """
                     SELECT d.* FROM downloads d JOIN transactions t ON t.id = d.transactionId
                     WHERE d.state != 'finished' AND t.state != 'finished' AND \(condition)
                     ORDER BY d.createdAt, d.id
-                    """,
+                    """),
                 arguments: arguments
             ).map(QueueRows.download)
         }

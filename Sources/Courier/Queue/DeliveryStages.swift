@@ -35,8 +35,9 @@ public protocol ContentDownloading: Sendable {
 /// or Documents. Blocking: the pipeline calls it on its Dispatch pool. The real one is
 /// `ContentPlacer`.
 public protocol ContentInstalling: Sendable {
-    /// Installs `package` as the content of `download` and returns the content folder.
-    /// Refuses hostile packages with `.hostilePackage` and corrupt ones with `.integrity`.
+    /// Installs `package` as the content of `download` and returns the content folder. The
+    /// pipeline passes only a package whose length and SHA-256 match `download` (the transfer
+    /// verified them as the bytes arrived), so the digest need not be computed again. Refuses hostile packages with `.hostilePackage` and corrupt ones with `.integrity`.
     func install(package: URL, for download: DownloadRecord) throws -> URL
 }
 

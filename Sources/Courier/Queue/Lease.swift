@@ -96,7 +96,7 @@ public struct LeaseManager: Sendable {
 
     /// The lease on `downloadId`, if any.
     public static func lease(_ db: Database, downloadId: String) throws -> Lease? {
-        try Row.fetchOne(db, sql: "SELECT * FROM leases WHERE downloadId = ?", arguments: [downloadId]).map(Lease.init)
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM leases WHERE downloadId = ?"), arguments: [downloadId]).map(Lease.init)
     }
 
     /// Takes the lease on `downloadId` inside the caller's transaction: free, ours already, or
@@ -112,12 +112,10 @@ public struct LeaseManager: Sendable {
                 hint: "pause or cancel it there, or wait for its lease to expire")
         }
         let expires = now.addingTimeInterval(duration)
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO leases (downloadId, ownerPid, ownerStartTime, host, token, acquiredAt, heartbeatAt, expiresAt)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-            arguments: [
+                """).execute(arguments: [
                 downloadId, owner.pid, owner.startTime, owner.host, owner.token, now.timeIntervalSince1970,
                 now.timeIntervalSince1970, expires.timeIntervalSince1970,
             ])
@@ -129,9 +127,7 @@ public struct LeaseManager: Sendable {
 
     /// Renews our lease on `downloadId`; returns false when we no longer hold it.
     public func heartbeat(_ db: Database, downloadId: String, now: Date = Date()) throws -> Bool {
-        try db.execute(
-            sql: "UPDATE leases SET heartbeatAt = ?, expiresAt = ? WHERE downloadId = ? AND token = ?",
-            arguments: [
+        try db.cachedStatement(sql: "UPDATE leases SET heartbeatAt = ?, expiresAt = ? WHERE downloadId = ? AND token = ?").execute(arguments: [
                 now.timeIntervalSince1970, now.addingTimeInterval(duration).timeIntervalSince1970, downloadId,
                 owner.token,
             ])
@@ -140,6 +136,6 @@ public struct LeaseManager: Sendable {
 
     /// Gives up our lease on `downloadId` (no effect if another owner took it over).
     public func release(_ db: Database, downloadId: String) throws {
-        try db.execute(sql: "DELETE FROM leases WHERE downloadId = ? AND token = ?", arguments: [downloadId, owner.token])
+        try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ? AND token = ?").execute(arguments: [downloadId, owner.token])
     }
 }

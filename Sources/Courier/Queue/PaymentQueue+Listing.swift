@@ -63,8 +63,7 @@ extension PaymentQueue {
         let stallTimeout = configuration.stallTimeout
         return try read { db in
             let rows = try Row.fetchCursor(
-                db,
-                sql: """
+                db.cachedStatement(sql: """
                     SELECT t.id AS t_id, t.productId AS t_productId, t.state AS t_state, t.createdAt AS t_createdAt,
                         l.downloadId AS l_downloadId, l.ownerPid AS l_ownerPid, l.ownerStartTime AS l_ownerStartTime,
                         l.host AS l_host, l.token AS l_token, l.acquiredAt AS l_acquiredAt,
@@ -74,7 +73,7 @@ extension PaymentQueue {
                     LEFT JOIN leases l ON l.downloadId = d.id
                     \(includeFinished ? "" : "WHERE t.state != 'finished'")
                     ORDER BY t.createdAt, t.id, d.createdAt, d.id
-                    """)
+                    """))
             var entries: [QueueEntry] = []
             var liveness: [String: Bool] = [:]
             while let row = try rows.next() {

@@ -16,15 +16,19 @@ public enum DeliveryScope: Sendable, Equatable {
 
     /// A SQL condition on `downloads d` and its arguments.
     var condition: (sql: String, arguments: StatementArguments) {
+        // The ids travel as one JSON array argument, so the SQL text is the same for every
+        // scope of a kind and its compiled statement is reused (however many ids there are).
+        func list(_ ids: Set<String>) -> String {
+            let data = (try? JSONSerialization.data(withJSONObject: Array(ids))) ?? Data("[]".utf8)
+            return String(decoding: data, as: UTF8.self)
+        }
         switch self {
         case .all:
             return ("1", [])
         case .downloads(let ids):
-            let list = Array(ids)
-            return ("d.id IN (\(list.map { _ in "?" }.joined(separator: ",")))", StatementArguments(list))
+            return ("d.id IN (SELECT value FROM json_each(?))", [list(ids)])
         case .transactions(let ids):
-            let list = Array(ids)
-            return ("d.transactionId IN (\(list.map { _ in "?" }.joined(separator: ",")))", StatementArguments(list))
+            return ("d.transactionId IN (SELECT value FROM json_each(?))", [list(ids)])
         }
     }
 }
@@ -40,8 +44,7 @@ extension PaymentQueue {
         let (condition, arguments) = scope.condition
         let candidates: [String] = try read { db in
             try String.fetchAll(
-                db,
-                sql: """
+                db.cachedStatement(sql: """
                     SELECT d.id FROM downloads d JOIN transactions t ON t.id = d.transactionId
                     LEFT JOIN leases l ON l.downloadId = d.id
                     WHERE (d.state = 'waiting' OR d.state = 'active'
@@ -50,7 +53,7 @@ extension PaymentQueue {
                       AND (l.token IS NULL OR l.token != ?)
                       AND \(condition)
                     ORDER BY d.createdAt, d.id LIMIT ?
-                    """,
+                    """),
                 arguments: [leases.owner.token] + arguments + [limit * 4 + 8])
         }
         var claimed: [DownloadRecord] = []
@@ -89,11 +92,10 @@ extension PaymentQueue {
         let (condition, arguments) = scope.condition
         let leases: [Lease] = try read { db in
             try Row.fetchAll(
-                db,
-                sql: """
+                db.cachedStatement(sql: """
                     SELECT l.* FROM downloads d JOIN leases l ON l.downloadId = d.id
                     WHERE d.state IN ('waiting', 'active', 'paused') AND \(condition)
-                    """,
+                    """),
                 arguments: arguments
             ).map(Lease.init)
         }
@@ -105,7 +107,7 @@ extension PaymentQueue {
     func heartbeat(_ downloadId: String, now: Date = Date()) throws -> Bool {
         try commit { db in
             let held = try self.leases.heartbeat(db, downloadId: downloadId, now: now)
-            let state = try String.fetchOne(db, sql: "SELECT state FROM downloads WHERE id = ?", arguments: [downloadId])
+            let state = try String.fetchOne(db.cachedStatement(sql: "SELECT state FROM downloads WHERE id = ?"), arguments: [downloadId])
             return (held && state == DownloadState.active.rawValue, [])
         }
     }
@@ -123,14 +125,12 @@ extension PaymentQueue {
         _ = try? commit { db -> (Void, [PaymentQueueEvent]) in
             let total = progress.totalBytes ?? length
             let fraction = total > 0 ? min(1, Double(progress.bytesReceived) / Double(total)) : 0
-            try db.execute(
-                sql: """
+            try db.cachedStatement(sql: """
                     UPDATE downloads SET progress = ?, rate = ?, timeRemaining = ?, updatedAt = ?,
                         lastProgressAt = CASE WHEN ? > bytesReceived THEN ? ELSE lastProgressAt END,
                         bytesReceived = ?
                     WHERE id = ? AND state = 'active'
-                    """,
-                arguments: [
+                    """).execute(arguments: [
                     fraction, progress.bytesPerSecond, progress.timeRemaining, now.timeIntervalSince1970,
                     progress.bytesReceived, now.timeIntervalSince1970, progress.bytesReceived, downloadId,
                 ])
@@ -170,14 +170,13 @@ extension PaymentQueue {
         }
         return try read { db in
             try String.fetchAll(
-                db,
-                sql: """
+                db.cachedStatement(sql: """
                     SELECT t.id FROM transactions t
                     WHERE t.state IN ('purchased', 'restored')
                       AND NOT EXISTS (SELECT 1 FROM downloads d WHERE d.transactionId = t.id AND d.state != 'finished')
                       AND \(condition)
                     ORDER BY t.createdAt
-                    """,
+                    """),
                 arguments: arguments)
         }
     }

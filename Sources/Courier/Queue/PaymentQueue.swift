@@ -25,6 +25,8 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     private let lock = NSLock()
     /// Cancels the in-process work on a download (set by the pipeline while it works one).
     private var stopHandlers: [String: @Sendable () -> Void] = [:]
+    /// Run inside the database transaction that finishes a transaction (see `onFinish`).
+    private var finishRecorders: [@Sendable (Database, TransactionRecord) throws -> Void] = []
 
     public init(store: StateStore, layout: StorageLayout, configuration: QueueConfiguration = .init(), logger: Logger) {
         self.store = store
@@ -153,7 +155,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     public func unfinished() throws -> [TransactionRecord] {
         try read { db in
             try Row.fetchAll(
-                db, sql: "SELECT * FROM transactions WHERE state != 'finished' ORDER BY createdAt, id"
+                db.cachedStatement(sql: "SELECT * FROM transactions WHERE state != 'finished' ORDER BY createdAt, id")
             ).map(QueueRows.transaction)
         }
     }
@@ -172,9 +174,9 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                 return try QueueRows.fetchDownloads(db, transactionId: id)
             }
             let pattern = id.replacingOccurrences(of: "%", with: "").replacingOccurrences(of: "_", with: "") + "%"
-            let downloadIds = try String.fetchAll(db, sql: "SELECT id FROM downloads WHERE id LIKE ? LIMIT 2", arguments: [pattern])
+            let downloadIds = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM downloads WHERE id LIKE ? LIMIT 2"), arguments: [pattern])
             let transactionIds = try String.fetchAll(
-                db, sql: "SELECT id FROM transactions WHERE id LIKE ? LIMIT 2", arguments: [pattern])
+                db.cachedStatement(sql: "SELECT id FROM transactions WHERE id LIKE ? LIMIT 2"), arguments: [pattern])
             if downloadIds.count + transactionIds.count > 1 {
                 throw CourierError(.usage, "\(id) names more than one download or transaction", hint: "give more of the id")
             }
@@ -224,7 +226,8 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// call finished it.
     @discardableResult
     public func finish(_ transactionId: String) throws -> (transaction: TransactionRecord, finishedNow: Bool) {
-        try commit { db in
+        let recorders = lock.withLock { finishRecorders }
+        return try commit { db in
             guard var record = try QueueRows.fetchTransaction(db, id: transactionId) else {
                 throw CourierError(.notFound, "no transaction \(transactionId)")
             }
@@ -237,10 +240,17 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
             record.updatedAt = now
             record.finishedAt = now
             try QueueRows.update(db, transaction: record)
-            record = try QueueRows.fetchTransaction(db, id: transactionId) ?? record
-            try db.execute(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)", arguments: [transactionId])
+            for recorder in recorders { try recorder(db, record) }
+            try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)").execute(arguments: [transactionId])
             return ((record, true), [.updatedTransactions([record]), .removedTransactions([record])])
         }
+    }
+
+    /// Registers `recorder` to run inside the database transaction that finishes a transaction,
+    /// so what it writes (the finish webhook's outbox row) commits with the finish or not at all:
+    /// a crash can lose neither alone. A recorder that throws rolls the finish back.
+    public func onFinish(_ recorder: @escaping @Sendable (Database, TransactionRecord) throws -> Void) {
+        lock.withLock { finishRecorders.append(recorder) }
     }
 
     // MARK: Internals shared with the pipeline
@@ -281,7 +291,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                 let ours = existing?.owner.token == self.leases.owner.token
                 if existing == nil || ours || existing?.isStale(host: self.leases.owner.host) == true {
                     removeFiles = true
-                    if !ours { try db.execute(sql: "DELETE FROM leases WHERE downloadId = ?", arguments: [downloadId]) }
+                    if !ours { try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ?").execute(arguments: [downloadId]) }
                 } else if requireLease, let existing {
                     throw CourierError(
                         .leased,

@@ -43,18 +43,16 @@ enum QueueRows {
     }
 
     static func fetchTransaction(_ db: Database, id: String) throws -> TransactionRecord? {
-        try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE id = ?", arguments: [id]).map(transaction)
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM transactions WHERE id = ?"), arguments: [id]).map(transaction)
     }
 
     static func insert(_ db: Database, transaction t: TransactionRecord) throws {
         let json = String(decoding: try encoder.encode(t.verified), as: UTF8.self)
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 INSERT INTO transactions (id, originalTransactionId, productId, state, restored, verified,
                     errorCode, errorMessage, createdAt, updatedAt, finishedAt)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-            arguments: [
+                """).execute(arguments: [
                 t.id, t.originalTransactionId, t.productId, t.state.rawValue, t.restored, json,
                 t.errorCode?.rawValue, t.errorMessage, t.createdAt.timeIntervalSince1970,
                 t.updatedAt.timeIntervalSince1970, t.finishedAt?.timeIntervalSince1970,
@@ -62,12 +60,10 @@ enum QueueRows {
     }
 
     static func update(_ db: Database, transaction t: TransactionRecord) throws {
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 UPDATE transactions SET state = ?, errorCode = ?, errorMessage = ?, updatedAt = ?, finishedAt = ?
                 WHERE id = ?
-                """,
-            arguments: [
+                """).execute(arguments: [
                 t.state.rawValue, t.errorCode?.rawValue, t.errorMessage, t.updatedAt.timeIntervalSince1970,
                 t.finishedAt?.timeIntervalSince1970, t.id,
             ])
@@ -103,23 +99,21 @@ enum QueueRows {
     }
 
     static func fetchDownload(_ db: Database, id: String) throws -> DownloadRecord? {
-        try Row.fetchOne(db, sql: "SELECT * FROM downloads WHERE id = ?", arguments: [id]).map(download)
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM downloads WHERE id = ?"), arguments: [id]).map(download)
     }
 
     static func fetchDownloads(_ db: Database, transactionId: String) throws -> [DownloadRecord] {
         try Row.fetchAll(
-            db, sql: "SELECT * FROM downloads WHERE transactionId = ? ORDER BY createdAt, id", arguments: [transactionId]
+            db.cachedStatement(sql: "SELECT * FROM downloads WHERE transactionId = ? ORDER BY createdAt, id"), arguments: [transactionId]
         ).map(download)
     }
 
     static func insert(_ db: Database, download d: DownloadRecord) throws {
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
                     placement, unpackedLength, state, partialPath, createdAt, updatedAt)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-            arguments: [
+                """).execute(arguments: [
                 d.id, d.transactionId, d.contentIdentifier, d.productId, d.url.absoluteString, d.sha256, d.length,
                 d.version, d.placement.rawValue, d.unpackedLength, d.state.rawValue, d.partialPath,
                 d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970,
@@ -128,13 +122,11 @@ enum QueueRows {
 
     /// Writes the state columns of `d` (state, reason, error, content URL, rate when not active).
     static func updateState(_ db: Database, download d: DownloadRecord) throws {
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 UPDATE downloads SET state = ?, pauseReason = ?, errorCode = ?, errorMessage = ?, contentURL = ?,
                     progress = ?, bytesReceived = ?, rate = ?, timeRemaining = ?, updatedAt = ?
                 WHERE id = ?
-                """,
-            arguments: [
+                """).execute(arguments: [
                 d.state.rawValue, d.pauseReason, d.errorCode?.rawValue, d.errorMessage, d.contentURL?.path,
                 d.progress, d.bytesReceived, d.rate, d.timeRemaining, d.updatedAt.timeIntervalSince1970, d.id,
             ])
@@ -143,14 +135,12 @@ enum QueueRows {
     /// Forgets the partial data of a download: journal back to zero, and progress too unless the
     /// download is finished (its bytes went into the placed content).
     static func resetJournal(_ db: Database, downloadId: String, now: Date) throws {
-        try db.execute(
-            sql: """
+        try db.cachedStatement(sql: """
                 UPDATE downloads SET etag = NULL, lastModified = NULL, totalLength = NULL, durableOffset = 0,
                     bytesReceived = CASE WHEN state = 'finished' THEN bytesReceived ELSE 0 END,
                     progress = CASE WHEN state = 'finished' THEN 1 ELSE 0 END,
                     rate = 0, timeRemaining = CASE WHEN state = 'finished' THEN 0 ELSE NULL END, updatedAt = ?
                 WHERE id = ?
-                """,
-            arguments: [now.timeIntervalSince1970, downloadId])
+                """).execute(arguments: [now.timeIntervalSince1970, downloadId])
     }
 }

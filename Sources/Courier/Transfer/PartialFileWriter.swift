@@ -123,7 +123,8 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         if Int64(status.st_size) < offset { start = 0 }
         guard ftruncate(fd, off_t(start)) == 0 else { throw CourierError.posix("truncate", path: file.path) }
         hasher = SHA256()
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        // Re-hash the bytes kept (only when resuming: a fresh start needs no buffer).
+        var buffer = [UInt8](repeating: 0, count: start > 0 ? Int(min(start, 1 << 20)) : 0)
         var position: Int64 = 0
         while position < start {
             let wanted = Int(min(Int64(buffer.count), start - position))

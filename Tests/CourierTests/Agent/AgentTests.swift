@@ -108,27 +108,67 @@ struct CourierAgentTests {
         #expect(stopProcess(agent))
     }
 
-    @Test("kill -9 of the agent mid-download, then a restart: delivered once, checksums right", arguments: 0..<3)
-    func killAndRestart(trial: Int) throws {
-        let shop = try AgentShop(payloadSize: 2 << 20, rateLimit: "3m")
+    @Test("kill -9 of the agent at random points over 20 trials, then a restart: delivered, checksums right, finished once, webhook POSTed")
+    func killAndRestart() throws {
+        // 1 MiB packages on a rate-limited origin (~1.3 s each) so most kills land mid-flow.
+        let shop = try AgentShop(payloadSize: 1 << 20, rateLimit: "768k")
         defer { shop.stop() }
-        let storage = shop.storage("Storage-\(trial)")
-        let agent = try shop.startAgent(storage: storage)
-        let enqueue = try shop.courier(["enqueue", "--receipt", try shop.receipt(AgentShop.products).path], storage: storage)
-        #expect(enqueue.status == 0, "\(enqueue.stderr) \(enqueue.stdout)")
-        usleep(UInt32.random(in: 100_000...1_500_000))  // a random kill point, not a synchronization
-        _ = stopProcess(agent, signal: SIGKILL)
-        // The dead agent's socket file is still there: the next agent replaces it.
-        #expect(FileManager.default.fileExists(atPath: StorageLayout(root: storage).agentSocket.path))
+        let hook = try LoopbackHTTPServer { _, response in response.send(204) }
+        defer { hook.stop() }
+        var landed = (beforeQueueing: 0, midFlow: 0, afterFinish: 0)
+        var repeatedPosts = 0
+        for trial in 0..<20 {
+            let storage = shop.storage("Storage-\(trial)")
+            let webhook = ["--webhook", hook.url("/trial-\(trial)").absoluteString]
+            let agent = try shop.startAgent(storage: storage, extra: webhook)
+            let enqueue = try shop.courier(
+                ["enqueue", "--receipt", try shop.receipt(AgentShop.products, name: "receipt-\(trial).txt").path], storage: storage)
+            #expect(enqueue.status == 0, "trial \(trial): \(enqueue.stderr) \(enqueue.stdout)")
+            usleep(UInt32.random(in: 50_000...1_600_000))  // a random kill point, not a synchronization
+            _ = stopProcess(agent, signal: SIGKILL)
+            // The dead agent's socket file is still there: the next agent replaces it.
+            #expect(FileManager.default.fileExists(atPath: StorageLayout(root: storage).agentSocket.path))
+            let before = try shop.entries(storage: storage)
+            if before.isEmpty {
+                landed.beforeQueueing += 1
+            } else if before.allSatisfy({ $0.transactionState == .finished }) {
+                landed.afterFinish += 1
+            } else {
+                landed.midFlow += 1
+            }
 
-        let again = try shop.startAgent(storage: storage)
-        defer { _ = stopProcess(again) }
-        #expect(waitUntil(120) { shop.allFinished(storage: storage, count: 3) }, "trial \(trial)")
-        for product in AgentShop.products { #expect(shop.isPlaced(product, storage: storage), "trial \(trial) \(product)") }
-        let entries = try shop.entries(storage: storage)
-        #expect(entries.count == 3 && Set(entries.map(\.productId)) == Set(AgentShop.products))
-        let downloads = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("Downloads").path)
-        #expect(!downloads.contains { $0.hasSuffix(".part") }, "\(downloads)")
+            let again = try shop.startAgent(storage: storage, extra: webhook)
+            #expect(waitUntil(120) { shop.allFinished(storage: storage, count: 3) }, "trial \(trial)")
+            for product in AgentShop.products { #expect(shop.isPlaced(product, storage: storage), "trial \(trial) \(product)") }
+            // Finished exactly once: three transactions, one per product, each finished once
+            // (finishedAt is set by the finish itself and never moves).
+            let entries = try shop.entries(storage: storage)
+            #expect(entries.count == 3 && Set(entries.map(\.productId)) == Set(AgentShop.products), "trial \(trial)")
+            let queue = try PaymentQueue(layout: StorageLayout(root: storage), logger: .init(label: "test"))
+            let finishedAt = try entries.map { try #require(try queue.transaction($0.transactionId)?.finishedAt) }
+            // Every finished transaction is announced: the outbox row commits with the finish.
+            let path = "/trial-\(trial)"
+            #expect(waitUntil(30) { Set(hook.receivedRequests.filter { $0.path == path }.compactMap(Self.transactionId)).count == 3 }, "trial \(trial)")
+            #expect(stopProcess(again))
+            let posts = hook.receivedRequests.filter { $0.path == path }.compactMap(Self.transactionId)
+            #expect(Set(posts) == Set(entries.map(\.transactionId)), "trial \(trial)")
+            repeatedPosts += posts.count - Set(posts).count
+            // A third agent finds nothing to do and finishes nothing again.
+            let third = try shop.startAgent(storage: storage, extra: webhook)
+            usleep(300_000)
+            #expect(stopProcess(third))
+            #expect(try shop.entries(storage: storage).map { try queue.transaction($0.transactionId)?.finishedAt } == finishedAt, "trial \(trial)")
+            let downloads = try FileManager.default.contentsOfDirectory(atPath: storage.appendingPathComponent("Downloads").path)
+            #expect(!downloads.contains { $0.hasSuffix(".part") }, "trial \(trial): \(downloads)")
+        }
+        print(
+            "kill -9 of the agent, 20 trials: \(landed.beforeQueueing) before queueing, \(landed.midFlow) mid-flow, "
+                + "\(landed.afterFinish) after finishing; \(repeatedPosts) webhook POSTs repeated (at least once, by design)")
+        #expect(landed.midFlow > 0, "no kill landed mid-flow")
+    }
+
+    private static func transactionId(_ request: LoopbackHTTPServer.Request) -> String? {
+        (try? JSONSerialization.jsonObject(with: request.body) as? [String: Any])?["transactionId"] as? String
     }
 
     @Test("the finish webhook is POSTed, retried after a 503, and kept across a restart until a 2xx")
