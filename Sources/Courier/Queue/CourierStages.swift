@@ -25,7 +25,7 @@ public struct TransferDownloadStage: ContentDownloading {
     /// transaction has no signed form, so its downloads go without.
     public static func bearerCredentials(from queue: PaymentQueue) -> @Sendable (DownloadRecord) -> [(String, String)] {
         { download in
-            guard let token = (try? queue.transaction(download.transactionId))??.verified.signedTransaction else { return [] }
+            guard let token = (try? queue.signedTransaction(download.transactionId)) ?? nil else { return [] }
             return [("Authorization", "Bearer \(token)")]
         }
     }

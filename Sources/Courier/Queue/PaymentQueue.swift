@@ -146,6 +146,16 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         try read { db in try QueueRows.fetchDownload(db, id: id) }
     }
 
+    /// The compact JWS a transaction was verified from (nil for a legacy receipt's), read
+    /// without decoding the whole stored transaction: the download stage asks for it per download.
+    public func signedTransaction(_ transactionId: String) throws -> String? {
+        try read { db in
+            try String.fetchOne(
+                db.cachedStatement(sql: "SELECT json_extract(verified, '$.signedTransaction') FROM transactions WHERE id = ?"),
+                arguments: [transactionId])
+        }
+    }
+
     /// The downloads of `transactionId`, oldest first.
     public func downloads(transactionId: String) throws -> [DownloadRecord] {
         try read { db in try QueueRows.fetchDownloads(db, transactionId: transactionId) }

@@ -20,20 +20,20 @@ public struct CompactJWS: Sendable {
 
     /// Splits and decodes `token`, failing with the `format` check.
     public init(_ token: String) throws {
-        let trimmed = token.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard trimmed.utf8.count <= Self.maximumLength else {
+        let trimmed = token.trimmingASCIIWhitespace().utf8
+        guard trimmed.count <= Self.maximumLength else {
             throw ReceiptCheck.format.failure(
-                "the token is \(trimmed.utf8.count) bytes; a signed transaction is at most \(Self.maximumLength)"
+                "the token is \(trimmed.count) bytes; a signed transaction is at most \(Self.maximumLength)"
             )
         }
-        let parts = trimmed.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = trimmed.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else {
             throw ReceiptCheck.format.failure("a compact JWS has 3 dot-separated parts, this has \(parts.count)")
         }
-        guard let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]) else {
+        guard let headerBytes = Base64URL.decode(bytes: parts[0]), let payloadBytes = Base64URL.decode(bytes: parts[1]) else {
             throw ReceiptCheck.format.failure("the header or payload is not base64url")
         }
-        guard let signatureBytes = Base64URL.decode(parts[2]) else {
+        guard let signatureBytes = Base64URL.decode(bytes: parts[2]) else {
             throw ReceiptCheck.format.failure("the signature is not base64url")
         }
         guard let header = (try? JSONSerialization.jsonObject(with: headerBytes)) as? [String: Any] else {
@@ -45,7 +45,7 @@ public struct CompactJWS: Sendable {
         self.header = header.compactMapValues { Self.sendable($0) }
         self.payload = payloadBytes
         self.signature = signatureBytes
-        self.signingInput = Data(parts[0].utf8) + Data(".".utf8) + Data(parts[1].utf8)
+        self.signingInput = Data(trimmed[parts[0].startIndex..<parts[1].endIndex])
     }
 
     /// The header's `alg`.

@@ -64,18 +64,16 @@ public struct ReceiptValidator: Sendable {
         guard let text = String(data: contents, encoding: .utf8) else {
             throw ReceiptCheck.format.failure("the receipt is not text (a JWS or base64 legacy receipt)")
         }
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = text.trimmingASCIIWhitespace()
         guard !trimmed.isEmpty else { throw ReceiptCheck.format.failure("the receipt is empty") }
         let tokens: [String]
         if trimmed.hasPrefix("{") || trimmed.hasPrefix("[") {
             tokens = try Self.tokens(json: Data(trimmed.utf8))
         } else {
-            let lines = trimmed.split(whereSeparator: \.isNewline)
-                .map { $0.trimmingCharacters(in: .whitespaces) }
-                .filter { !$0.isEmpty }
-            if lines.allSatisfy({ $0.contains(".") }) {
+            let lines = asciiLines(trimmed.utf8)
+            if lines.allSatisfy({ $0.utf8.contains(UInt8(ascii: ".")) }) {
                 tokens = lines
-            } else if lines.contains(where: { $0.contains(".") }) {
+            } else if lines.contains(where: { $0.utf8.contains(UInt8(ascii: ".")) }) {
                 throw ReceiptCheck.format.failure("the receipt mixes signed transactions and other lines")
             } else {
                 let receiptData = lines.joined()
@@ -88,11 +86,38 @@ public struct ReceiptValidator: Sendable {
                 return try await legacyClient.verify(receiptData: receiptData)
             }
         }
+        // Tokens are verified side by side (one per core), and judged in file order: the first
+        // failing token's error is the one reported, whichever finished first.
+        let verifier = self.verifier
+        var outcomes = [Result<VerifiedTransaction, any Error>?](repeating: nil, count: tokens.count)
+        let width = max(1, min(ProcessInfo.processInfo.activeProcessorCount, 8))
+        await withTaskGroup(of: (Int, Result<VerifiedTransaction, any Error>).self) { group in
+            var next = 0
+            func submit() {
+                guard next < tokens.count else { return }
+                let index = next
+                let token = tokens[index]
+                next += 1
+                group.addTask {
+                    do {
+                        return (index, .success(try await verifier.verifyAllowingRevocation(token, now: now)))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            for _ in 0..<width { submit() }
+            for await (index, outcome) in group {
+                outcomes[index] = outcome
+                submit()
+            }
+        }
         var seen = Set<String>()
         var result: [VerifiedTransaction] = []
-        for (index, token) in tokens.enumerated() {
+        for (index, outcome) in outcomes.enumerated() {
             do {
-                let transaction = try await verifier.verifyAllowingRevocation(token, now: now)
+                guard let outcome else { throw CancellationError() }
+                let transaction = try outcome.get()
                 logger.debug("receipt: verified", metadata: ["transaction-id": "\(transaction.transactionId)"])
                 if seen.insert(transaction.transactionId).inserted { result.append(transaction) }
             } catch var error as CourierError {

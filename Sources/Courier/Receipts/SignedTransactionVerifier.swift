@@ -49,7 +49,7 @@ public struct SignedTransactionVerifier: Sendable {
         let payload = try await verifiedPayload(compactJWS)
         try checkClaims(payload, now: now)
         var transaction = payload.verifiedTransaction
-        transaction.signedTransaction = compactJWS.trimmingCharacters(in: .whitespacesAndNewlines)
+        transaction.signedTransaction = String(compactJWS.trimmingASCIIWhitespace())
         return transaction
     }
 
