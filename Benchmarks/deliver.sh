@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# 200 purchases with 1 MiB packages through `courier deliver` (validate, entitle, download,
-# verify, unpack, place, record, finish) against downloading the same packages with
+# 200 purchases with 1 MiB packages through `courier deliver` and through `courier agent`
+# (validate, entitle, download, verify, unpack, place, record, finish) against downloading the same packages with
 # `xargs -P16 -n50 curl` (download only), in the same run against the same nginx. Prints both
 # times, the ratio (goal <= 1.5) and the per-purchase overhead. Then the 10,000-transaction
 # `courier list --json` figures from Benchmarks/queue.sh. Not a test.
@@ -95,6 +95,40 @@ import sys
 curl, deliver, n, kib = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 print(f"{n} purchases x {kib} KiB: xargs -P16 -n50 curl {curl:.2f} s (download only), courier deliver {deliver:.2f} s")
 print(f"ratio deliver/curl = {deliver / curl:.2f} (goal <= 1.5); per-purchase overhead {(deliver - curl) / n * 1000:.1f} ms")
+PY
+
+# The same purchases through the agent: `courier enqueue` hands the receipt over the control
+# socket and the agent validates, downloads, unpacks, places and finishes. Timed from the enqueue
+# to the last transaction finished in the store (polled every 20 ms with sqlite3); the agent
+# is started (and its socket up) before the clock starts, as a resident agent would be.
+AGENT_TIMES=()
+for run in $(seq 1 "$RUNS"); do
+  rm -rf "$WORK/AgentStorage"
+  "$BIN" agent --storage "$WORK/AgentStorage" --catalog "$BASE/catalog.json" --trust-root "$TRUST" \
+    --environment Sandbox 2>"$WORK/agent.log" &
+  AGENT_PID=$!
+  for _ in $(seq 200); do [ -S "$WORK/AgentStorage/agent.sock" ] && break; sleep 0.05; done
+  T=$(python3 - "$BIN" "$WORK/receipt.txt" "$WORK/AgentStorage" "$PURCHASES" <<'PY'
+import sqlite3, subprocess, sys, time
+bin, receipt, storage, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+start = time.monotonic()
+subprocess.run([bin, "enqueue", "--receipt", receipt, "--storage", storage], check=True, stdout=subprocess.DEVNULL)
+db = sqlite3.connect(f"file:{storage}/state.sqlite?mode=ro", uri=True)
+while db.execute("SELECT count(*) FROM transactions WHERE state = 'finished'").fetchone()[0] < n:
+    if time.monotonic() - start > 600: sys.exit("the agent did not finish in 600 s")
+    time.sleep(0.02)
+print(f"{time.monotonic() - start:.3f}")
+PY
+)
+  kill -TERM "$AGENT_PID"; wait "$AGENT_PID" || true
+  AGENT_TIMES+=("$T")
+done
+python3 - "$CURL_S" "$PURCHASES" "${AGENT_TIMES[@]}" <<'PY'
+import statistics, sys
+curl, n, runs = float(sys.argv[1]), int(sys.argv[2]), [float(t) for t in sys.argv[3:]]
+mean = statistics.mean(runs)
+print(f"through the agent (enqueue -> all finished): {mean:.2f} s mean of {len(runs)} ({', '.join(f'{t:.2f}' for t in runs)})")
+print(f"ratio agent/curl = {mean / curl:.2f} (goal <= 1.5); per-purchase overhead {(mean - curl) / n * 1000:.1f} ms")
 PY
 
 if [ -z "${SKIP_QUEUE:-}" ]; then

@@ -81,3 +81,63 @@ public final class AsyncSemaphore: @unchecked Sendable {  // @unchecked: mutable
         waiter?.resume()
     }
 }
+
+/// Wakes one waiter early: `wait(timeout:)` returns when `ring()` is called or the timeout
+/// passes, whichever is first. A ring with nobody waiting is kept for the next wait.
+final class Doorbell: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+    private let lock = NSLock()
+    private var rung = false
+    private var waiter: (id: UInt64, continuation: CheckedContinuation<Void, Never>)?
+    private var nextId: UInt64 = 0
+
+    func ring() {
+        let continuation: CheckedContinuation<Void, Never>? = lock.withLock {
+            guard let waiter else {
+                rung = true
+                return nil
+            }
+            self.waiter = nil
+            return waiter.continuation
+        }
+        continuation?.resume()
+    }
+
+    /// Waits for a ring, at most `timeout` seconds (and not past the task's cancellation).
+    func wait(timeout: Double) async {
+        let id: UInt64 = lock.withLock {
+            nextId += 1
+            return nextId
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now: Bool = lock.withLock {
+                    if rung || Task.isCancelled {
+                        rung = false
+                        return true
+                    }
+                    waiter?.continuation.resume()  // one waiter at a time: an older one goes
+                    waiter = (id, continuation)
+                    return false
+                }
+                if now {
+                    continuation.resume()
+                    return
+                }
+                DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
+                    expire(id)
+                }
+            }
+        } onCancel: {
+            expire(id)
+        }
+    }
+
+    private func expire(_ id: UInt64) {
+        let continuation: CheckedContinuation<Void, Never>? = lock.withLock {
+            guard let waiter, waiter.id == id else { return nil }
+            self.waiter = nil
+            return waiter.continuation
+        }
+        continuation?.resume()
+    }
+}

@@ -118,8 +118,9 @@ public final class DeliveryPipeline: Sendable {
                 }
                 if !ticking && inFlight < limit {
                     ticking = true
+                    let doorbell = queue.workAvailable
                     group.addTask {
-                        try? await Task.sleep(nanoseconds: UInt64(pollInterval * 1e9))
+                        await doorbell.wait(timeout: pollInterval)
                         return nil
                     }
                 }
@@ -131,7 +132,9 @@ public final class DeliveryPipeline: Sendable {
                     ticking = false
                 }
             }
-            // Cancelled, or idle: let every worker checkpoint and settle.
+            // Idle (nothing in flight): only the poll timer is left, and it need not run out.
+            // Cancelled: every worker checkpoints and settles before the group ends.
+            if inFlight == 0 { group.cancelAll() }
             for await next in group {
                 if let outcome = next { outcomes.append(outcome) }
             }

@@ -20,6 +20,11 @@ public enum DeliveryScope: Sendable, Equatable {
         // scope of a kind and its compiled statement is reused (however many ids there are).
         func list(_ ids: Set<String>) -> String {
             // Built by hand: JSONSerialization costs more than the query for a few hundred ids.
+            // Ids are plain (hex digits, App Store numbers): joined as they are, escaped otherwise.
+            let plain = ids.allSatisfy { id in
+                id.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+            }
+            if plain { return ids.isEmpty ? "[]" : "[\"" + ids.joined(separator: "\",\"") + "\"]" }
             var json = "["
             for (index, id) in ids.enumerated() {
                 if index > 0 { json += "," }

@@ -19,6 +19,9 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     let logger: Logger
     let events: PaymentQueueEvents
     let journals: DatabaseJournalStore
+    /// Rung when a change in this process makes a download claimable, so a pipeline waiting
+    /// for its next poll starts on it at once.
+    let workAvailable = Doorbell()
 
     /// Held across a commit and the publication of its events, so events arrive in commit order.
     private let commitLock = NSLock()
@@ -359,6 +362,12 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                 throw CourierError(.io, "the state database refused a change", cause: "\(error)")
             }
             self.events.publish(events, from: self)
+            // New claimable work (queued, resumed) wakes a pipeline waiting for its next poll.
+            let claimable = events.contains { event in
+                if case .updatedDownloads(let records) = event { return records.contains { $0.state == .waiting } }
+                return false
+            }
+            if claimable { workAvailable.ring() }
             return value
         }
     }
