@@ -29,7 +29,8 @@ if [ ! -f "$package" ]; then
   rm -rf "$src" && mkdir -p "$src/Contents/media" "$src/Contents/text"
   for i in $(seq 1 32); do
     dd if=/dev/urandom of="$src/Contents/media/blob$i.bin" bs=1M count=8 status=none
-    seq $((i * 1000000)) $((i * 1000000 + 2000000)) | head -c $((8 << 20)) > "$src/Contents/text/log$i.txt"
+    # seq is cut off by head (SIGPIPE); under pipefail that status must not end the script.
+    { seq $((i * 1000000)) $((i * 1000000 + 2000000)) || true; } | head -c $((8 << 20)) > "$src/Contents/text/log$i.txt"
   done
   cat > "$src/ContentInfo.plist" <<PLIST
 <?xml version="1.0" encoding="UTF-8"?>

@@ -126,6 +126,44 @@ struct DeliverIntegrationTests {
         #expect(!(try FileManager.default.contentsOfDirectory(atPath: shop.storage.appendingPathComponent("Downloads").path)).contains { $0.hasSuffix(".part") })
     }
 
+    @Test("on a terminal, deliver draws a bar per active download and a total line, redrawn in place")
+    func progressOnTerminal() throws {
+        // ~1 s per package, so the bars are drawn while bytes flow.
+        let shop = try Shop(payloadSize: 256 << 10, rateLimit: "256k")
+        defer { shop.stop() }
+        let receipt = try shop.receipt(Shop.products)
+        _ = try shop.courier(["list", "--json"])  // writes the configuration file
+        func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        let command =
+            "stty cols 120; COURIER_CONFIG=\(quoted(shop.directory.appending("courier.json").path)) exec "
+            + ([CourierBinary.url.path] + shop.deliverArguments(receipt) + ["--storage", shop.storage.path]).map(quoted).joined(separator: " ")
+        // util-linux script(1) gives the command a pseudo-terminal; its output is what a user sees.
+        let run = try Shell.run("/usr/bin/script", ["-qfec", command, "/dev/null"], directory: shop.directory.url)
+        #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+        for product in Shop.products { #expect(shop.isPlaced(product), "\(product)") }
+        let screen = run.stdout
+        // Redrawn in place: back up over the last block, clear to the end of the screen.
+        #expect(screen.contains("\u{1B}[J"))
+        let lines = screen.components(separatedBy: CharacterSet(charactersIn: "\r\n")).map {
+            $0.replacingOccurrences(of: "\u{1B}[J", with: "").replacingOccurrences(
+                of: "\u{1B}\\[[0-9]+A", with: "", options: .regularExpression)
+        }
+        // A bar per download while it runs: name, [###---], percent, bytes, rate, ETA.
+        let barLine = #"^com\.example\.[a-z]+ +\[[#-]+\] +[0-9]+%  .*(/s  ETA|unpacking and placing)"#
+        for product in Shop.products {
+            #expect(lines.contains { $0.hasPrefix(product + " ") && $0.range(of: barLine, options: .regularExpression) != nil }, "\(product): \(lines)")
+        }
+        // And a total line: downloads done, bytes, overall rate, ETA; the last one says 3/3.
+        let totals = lines.filter { $0.hasPrefix("total ") }
+        #expect(totals.contains { $0.contains("0/3 done") || $0.contains("1/3 done") }, "\(totals)")
+        #expect(totals.last?.contains("100%  3/3 done") == true, "\(totals.last ?? "")")
+        #expect(totals.allSatisfy { $0.contains("/s  ETA ") })
+        #expect(lines.contains { $0.hasPrefix("delivered com.example.levels ") })
+        // No line is wider than the terminal (a wrapped line would break the redraw).
+        let progress = lines.filter { $0.hasPrefix("total ") || $0.range(of: barLine, options: .regularExpression) != nil }
+        #expect(progress.allSatisfy { $0.count < 120 }, "\(progress.filter { $0.count >= 120 })")
+    }
+
     @Test("a tampered receipt downloads nothing and exits 3")
     func badReceipt() throws {
         let shop = try Shop()
