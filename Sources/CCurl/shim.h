@@ -14,6 +14,11 @@ typedef size_t (*courier_curl_data_callback)(char *ptr, size_t size, size_t nmem
 typedef int (*courier_curl_xferinfo_callback)(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
                                               curl_off_t ultotal, curl_off_t ulnow);
 
+/// curl_easy_setopt for CURLOPT_OPENSOCKETFUNCTION.
+static inline CURLcode courier_easy_setopt_opensocket_callback(CURL *handle, curl_opensocket_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback);
+}
+
 /// curl_easy_setopt for options that take a long (CURLOPTTYPE_LONG).
 static inline CURLcode courier_easy_setopt_long(CURL *handle, CURLoption option, long value) {
     return curl_easy_setopt(handle, option, value);

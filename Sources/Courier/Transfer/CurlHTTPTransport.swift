@@ -158,6 +158,11 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
                 ? CourierError(.network, "the HTTP transport was shut down")
                 : CourierError(.cancelled, "the request to \(request.url.absoluteString) was cancelled")
             continuation.resume(throwing: error)
+        } else if result == CURLE_COULDNT_CONNECT, let refused = URLPolicy.refusedURL(easy) {
+            continuation.resume(
+                throwing: CourierError(
+                    .network, "redirected to an insecure URL \(refused)", cause: "plain http is allowed only to loopback",
+                    hint: "use https, or set transfer.allowInsecureHTTP in the configuration"))
         } else if result != CURLE_OK {
             continuation.resume(
                 throwing: CourierError(

@@ -65,6 +65,11 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
         _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
         _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
         _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(connectTimeout, configuration.connectTimeout) * 1000))
+        if !configuration.allowInsecureHTTP {
+            // Plain http stays on loopback after redirects too: checked per socket, before connecting.
+            _ = courier_easy_setopt_opensocket_callback(easy, URLPolicy.openSocket)
+            _ = courier_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, easy)
+        }
     }
     /// One header line as received, CRLF included.
     func didReceiveHeader(_ line: UnsafeRawBufferPointer) -> Bool { true }
@@ -313,10 +318,94 @@ enum URLPolicy {
         )
     }
 
+    /// libcurl's socket opener (CURLOPT_OPENSOCKETFUNCTION, with the easy handle as its data):
+    /// refuses a socket for plain http to an address outside loopback (127.0.0.0/8, ::1), so a
+    /// loopback http origin cannot redirect a transfer to a plain-http host elsewhere. libcurl
+    /// updates the effective URL to a redirect's target before it connects, so the check sees
+    /// where the request is going. The refusal ends the transfer with CURLE_COULDNT_CONNECT
+    /// before any packet is sent.
+    static let openSocket: curl_opensocket_callback = { clientp, _, address in
+        guard let clientp, let address else { return CURL_SOCKET_BAD }
+        var effective: UnsafeMutablePointer<CChar>?
+        let plainHTTP: Bool
+        if courier_easy_getinfo_string(clientp, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
+            plainHTTP = strncasecmp(effective, "https://", 8) != 0
+        } else {
+            plainHTTP = true
+        }
+        if plainHTTP && !isLoopback(address: address) {
+            blockedRedirects.note(effective.map { String(cString: $0) } ?? "")
+            return CURL_SOCKET_BAD
+        }
+        return socket(address.pointee.family, address.pointee.socktype, address.pointee.protocol)
+    }
+
+    /// The plain-http URLs a socket was refused for, so the transfer can say why it failed.
+    static let blockedRedirects = BlockedURLs()
+
+    /// Whether libcurl's address is in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. The address
+    /// runs past `curl_sockaddr.addr` (a sockaddr_in6 is longer than a sockaddr): libcurl
+    /// allocates storage for `addrlen` bytes there.
+    static func isLoopback(address: UnsafeMutablePointer<curl_sockaddr>) -> Bool {
+        guard let offset = MemoryLayout<curl_sockaddr>.offset(of: \.addr) else { return false }
+        let raw = UnsafeRawPointer(address) + offset
+        let length = Int(address.pointee.addrlen)
+        switch Int32(address.pointee.family) {
+        case AF_INET:
+            guard length >= MemoryLayout<sockaddr_in>.size else { return false }
+            var ipv4 = sockaddr_in()
+            withUnsafeMutableBytes(of: &ipv4) { $0.copyMemory(from: UnsafeRawBufferPointer(start: raw, count: $0.count)) }
+            return UInt32(bigEndian: ipv4.sin_addr.s_addr) >> 24 == 127
+        case AF_INET6:
+            guard length >= MemoryLayout<sockaddr_in6>.size else { return false }
+            var ipv6 = sockaddr_in6()
+            withUnsafeMutableBytes(of: &ipv6) { $0.copyMemory(from: UnsafeRawBufferPointer(start: raw, count: $0.count)) }
+            return withUnsafeBytes(of: ipv6.sin6_addr) { bytes in
+                let loopback = bytes.prefix(15).allSatisfy { $0 == 0 } && bytes[15] == 1
+                let mapped = bytes.prefix(10).allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF && bytes[12] == 127
+                return loopback || mapped
+            }
+        default:
+            return false
+        }
+    }
+
+    /// The effective URL of `easy` if `openSocket` refused a socket for it.
+    static func refusedURL(_ easy: UnsafeMutableRawPointer?) -> String? {
+        guard let easy else { return nil }
+        var effective: UnsafeMutablePointer<CChar>?
+        guard courier_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective else { return nil }
+        let url = String(cString: effective)
+        return blockedRedirects.take(url) ? url : nil
+    }
+
     static func isLoopback(host: String) -> Bool {
         let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         if host == "localhost" || host == "::1" { return true }
         let octets = host.split(separator: ".")
         return octets.count == 4 && octets.first == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+}
+
+/// A short record of URLs refused by `URLPolicy.openSocket` (the C callback has no way to hand
+/// its reason to the job), read when a transfer ends in CURLE_COULDNT_CONNECT.
+final class BlockedURLs: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+    private let lock = NSLock()
+    private var urls: [String] = []
+
+    func note(_ url: String) {
+        lock.withLock {
+            urls.append(url)
+            if urls.count > 64 { urls.removeFirst(urls.count - 64) }
+        }
+    }
+
+    /// Whether a socket was refused for `url` (and forgets it).
+    func take(_ url: String) -> Bool {
+        lock.withLock {
+            guard let index = urls.lastIndex(of: url) else { return false }
+            urls.remove(at: index)
+            return true
+        }
     }
 }

@@ -252,6 +252,12 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         case nil:
             break
         }
+        if result == CURLE_COULDNT_CONNECT, let refused = URLPolicy.refusedURL(easy) {
+            return .fail(
+                CourierError(
+                    .network, "redirected to an insecure URL \(refused)", cause: "plain http is allowed only to loopback",
+                    hint: "use https, or set transfer.allowInsecureHTTP in the configuration"))
+        }
         let error = CourierError(
             .network,
             "downloading \(request.url.absoluteString) failed",

@@ -83,6 +83,44 @@ struct CurlHTTPTransportTests {
         #expect(String(decoding: response.body, as: UTF8.self) == "moved here")
     }
 
+    @Test("a loopback plain-http origin cannot redirect off loopback: refused before connecting, in requests and downloads")
+    func plainHTTPRedirectStaysOnLoopback() async throws {
+        // 0.0.0.0 is not loopback to the policy; were the socket opened, Linux would connect it
+        // to this host, so nothing could leave the machine even if the check failed.
+        let server = try LoopbackHTTPServer { request, response in
+            if request.path.hasPrefix("/old") {
+                response.send(302, headers: [("Location", "http://0.0.0.0:\(request.headers["host"]?.split(separator: ":").last ?? "9")/new")])
+            } else if request.path == "/inside" {
+                response.send(302, headers: [("Location", "/new")])
+            } else {
+                response.send(200, body: Data("moved here".utf8))
+            }
+        }
+        defer { server.stop() }
+        let transport = try CurlHTTPTransport()
+        defer { transport.shutdown() }
+        do {
+            _ = try await transport.send(HTTPRequest(url: server.url("/old")))
+            Issue.record("the redirect off loopback was followed")
+        } catch let error as CourierError {
+            #expect(error.message.contains("insecure URL http://0.0.0.0:"), "\(error)")
+        }
+        #expect(server.receivedRequests.map(\.path) == ["/old"])
+        // Within loopback, redirects still work.
+        let inside = try await transport.send(HTTPRequest(url: server.url("/inside")))
+        #expect(inside.status == 200 && String(decoding: inside.body, as: UTF8.self) == "moved here")
+
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let target = directory.appending("file.bin")
+        let config = try TransferFixture.writeConfigFile(in: directory)
+        let get = try CourierBinary.run(["get", server.url("/old-download").absoluteString, "-o", target.path, "--config", config.path])
+        #expect(get.status != 0)
+        #expect(get.stderr.contains("insecure URL http://0.0.0.0:"), "\(get.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: target.path))
+        #expect(server.receivedRequests.map(\.path).filter { $0 == "/new" }.count == 1)  // the /inside one only
+    }
+
     @Test("a body over maxResponseBytes fails with integrity")
     func boundedBody() async throws {
         let server = try LoopbackHTTPServer { _, response in
