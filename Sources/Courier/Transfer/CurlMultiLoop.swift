@@ -337,7 +337,7 @@ enum URLPolicy {
             blockedRedirects.note(effective.map { String(cString: $0) } ?? "")
             return CURL_SOCKET_BAD
         }
-        return socket(address.pointee.family, address.pointee.socktype, address.pointee.protocol)
+        return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
     }
 
     /// The plain-http URLs a socket was refused for, so the transfer can say why it failed.
