@@ -94,18 +94,20 @@ final class DeliveryProgressView: @unchecked Sendable {  // @unchecked: mutable 
     /// one per active download (at most `maxLines`, then one line for the rest), then the total
     /// at the overall `rate` (bytes per second).
     static func render(_ records: [DownloadRecord], rate: Double, width: Int) -> [String] {
-        let barWidth = width >= 120 ? 24 : width >= 80 ? 12 : 6
+        let barWidth = width >= 120 ? 24 : width >= 100 ? 16 : 8
         let active = records.filter { $0.state == .active }
         let shown = active.prefix(maxLines)
-        let nameWidth = min(32, max(12, records.map(\.contentIdentifier.count).max() ?? 0))
+        let done = records.filter { $0.state == .finished }.count
+        let totalName = "total (\(done)/\(records.count) done)"
+        let nameWidth = min(width >= 100 ? 32 : 24, max(totalName.count, records.map(\.contentIdentifier.count).max() ?? 0))
         var lines = shown.map { record -> String in
             let received = record.bytesReceived
             let fraction = record.length > 0 ? Double(received) / Double(record.length) : record.progress
             let eta = record.rate > 0 ? QueueFormat.duration(Double(max(0, record.length - received)) / record.rate) : "?"
-            // All bytes in: the package is being verified, unpacked and placed.
+            // All bytes in: the package is being unpacked and placed.
             let detail =
                 record.length > 0 && received >= record.length
-                ? "\(QueueFormat.bytes(record.length))  unpacking and placing"
+                ? "\(QueueFormat.bytes(record.length))  unpacking"
                 : "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(record.length))  \(QueueFormat.bytes(Int64(record.rate)))/s  ETA \(eta)"
             return line(name: fit(record.contentIdentifier, nameWidth), fraction: fraction, barWidth: barWidth, detail: detail, width: width)
         }
@@ -114,12 +116,11 @@ final class DeliveryProgressView: @unchecked Sendable {  // @unchecked: mutable 
         }
         let total = records.reduce(Int64(0)) { $0 + $1.length }
         let received = Self.received(records)
-        let done = records.filter { $0.state == .finished }.count
         let eta = rate > 0 ? QueueFormat.duration(Double(max(0, total - received)) / rate) : "?"
         lines.append(
             line(
-                name: fit("total", nameWidth), fraction: total > 0 ? Double(received) / Double(total) : 0, barWidth: barWidth,
-                detail: "\(done)/\(records.count) done  \(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))  \(QueueFormat.bytes(Int64(rate)))/s  ETA \(eta)",
+                name: fit(totalName, nameWidth), fraction: total > 0 ? Double(received) / Double(total) : 0, barWidth: barWidth,
+                detail: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))  \(QueueFormat.bytes(Int64(rate)))/s  ETA \(eta)",
                 width: width))
         return lines
     }

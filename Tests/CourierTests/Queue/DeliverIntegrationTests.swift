@@ -135,7 +135,7 @@ struct DeliverIntegrationTests {
         _ = try shop.courier(["list", "--json"])  // writes the configuration file
         func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
         let command =
-            "stty cols 120; COURIER_CONFIG=\(quoted(shop.directory.appending("courier.json").path)) exec "
+            "stty cols 80; COURIER_CONFIG=\(quoted(shop.directory.appending("courier.json").path)) exec "
             + ([CourierBinary.url.path] + shop.deliverArguments(receipt) + ["--storage", shop.storage.path]).map(quoted).joined(separator: " ")
         // util-linux script(1) gives the command a pseudo-terminal; its output is what a user sees.
         let run = try Shell.run("/usr/bin/script", ["-qfec", command, "/dev/null"], directory: shop.directory.url)
@@ -149,19 +149,19 @@ struct DeliverIntegrationTests {
                 of: "\u{1B}\\[[0-9]+A", with: "", options: .regularExpression)
         }
         // A bar per download while it runs: name, [###---], percent, bytes, rate, ETA.
-        let barLine = #"^com\.example\.[a-z]+ +\[[#-]+\] +[0-9]+%  .*(/s  ETA|unpacking and placing)"#
+        let barLine = #"^com\.example\.[a-z]+ +\[[#-]+\] +[0-9]+%  .*(/s  ETA|  unpacking)"#
         for product in Shop.products {
             #expect(lines.contains { $0.hasPrefix(product + " ") && $0.range(of: barLine, options: .regularExpression) != nil }, "\(product): \(lines)")
         }
         // And a total line: downloads done, bytes, overall rate, ETA; the last one says 3/3.
-        let totals = lines.filter { $0.hasPrefix("total ") }
-        #expect(totals.contains { $0.contains("0/3 done") || $0.contains("1/3 done") }, "\(totals)")
-        #expect(totals.last?.contains("100%  3/3 done") == true, "\(totals.last ?? "")")
+        let totals = lines.filter { $0.hasPrefix("total (") }
+        #expect(totals.contains { $0.contains("(0/3 done)") || $0.contains("(1/3 done)") }, "\(totals)")
+        #expect(totals.last.map { $0.contains("(3/3 done)") && $0.contains("100%") } == true, "\(totals.last ?? "")")
         #expect(totals.allSatisfy { $0.contains("/s  ETA ") })
         #expect(lines.contains { $0.hasPrefix("delivered com.example.levels ") })
         // No line is wider than the terminal (a wrapped line would break the redraw).
-        let progress = lines.filter { $0.hasPrefix("total ") || $0.range(of: barLine, options: .regularExpression) != nil }
-        #expect(progress.allSatisfy { $0.count < 120 }, "\(progress.filter { $0.count >= 120 })")
+        let progress = lines.filter { $0.hasPrefix("total (") || $0.range(of: barLine, options: .regularExpression) != nil }
+        #expect(progress.allSatisfy { $0.count < 80 }, "\(progress.filter { $0.count >= 80 })")
     }
 
     @Test("a tampered receipt downloads nothing and exits 3")
