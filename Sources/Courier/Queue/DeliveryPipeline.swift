@@ -159,8 +159,9 @@ public final class DeliveryPipeline: Sendable {
         var logger = self.logger
         logger[metadataKey: "download-id"] = "\(record.id)"
         logger[metadataKey: "transaction-id"] = "\(record.transactionId)"
-        defer { queue.releaseLease(record.id) }
         var outcome = WorkOutcome(downloadId: record.id, finished: false)
+        // Finishing the transaction drops its leases in the same database transaction.
+        defer { if outcome.finishedTransaction == nil { queue.releaseLease(record.id) } }
         let throttle = ProgressThrottle(interval: queue.configuration.progressInterval)
         let queue = self.queue
         let package = queue.packageFile(forDownload: record.id)
@@ -288,10 +289,13 @@ public final class DeliveryPipeline: Sendable {
 final class ProgressThrottle: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
     private let lock = NSLock()
     private let interval: Double
-    private var last: Date = .distantPast
+    private var last: Date
 
-    init(interval: Double) {
+    /// The first report passes `interval` after `start` (the claim already told observers the
+    /// download started), so a download shorter than that is written once, at its end.
+    init(interval: Double, start: Date = Date()) {
         self.interval = interval
+        self.last = start
     }
 
     func shouldReport(final: Bool, now: Date = Date()) -> Bool {

@@ -158,17 +158,6 @@ extension PaymentQueue {
         }
     }
 
-    /// Finishes `transactionId` if every one of its downloads is finished (none cancelled):
-    /// the pipeline's automatic finish. Returns the record when this call finished it.
-    func finishIfDelivered(_ transactionId: String) throws -> TransactionRecord? {
-        let downloads = try downloads(transactionId: transactionId)
-        guard downloads.allSatisfy({ $0.state == .finished }) else { return nil }
-        guard let transaction = try transaction(transactionId), transaction.state == .purchased || transaction.state == .restored
-        else { return nil }
-        let (record, finishedNow) = try finish(transactionId)
-        return finishedNow ? record : nil
-    }
-
     /// The unfinished transactions of `scope` whose downloads are all finished (a process died
     /// between placing the last one and finishing), plus those with no content at all.
     func deliveredButUnfinished(scope: DeliveryScope) throws -> [String] {

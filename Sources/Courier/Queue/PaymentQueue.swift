@@ -241,22 +241,50 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     public func finish(_ transactionId: String) throws -> (transaction: TransactionRecord, finishedNow: Bool) {
         let recorders = lock.withLock { finishRecorders }
         return try commit { db in
-            guard var record = try QueueRows.fetchTransaction(db, id: transactionId) else {
+            guard let record = try QueueRows.fetchTransaction(db, id: transactionId) else {
                 throw CourierError(.notFound, "no transaction \(transactionId)")
             }
             let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
-            var machine = TransactionStateMachine(state: record.state)
-            let actions = try machine.handle(.finish(downloads: downloads.map(\.state)))
-            guard actions.contains(.markFinished) else { return ((record, false), []) }
-            let now = Date()
-            record.state = machine.state
-            record.updatedAt = now
-            record.finishedAt = now
-            try QueueRows.update(db, transaction: record)
-            for recorder in recorders { try recorder(db, record) }
-            try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)").execute(arguments: [transactionId])
-            return ((record, true), [.updatedTransactions([record]), .removedTransactions([record])])
+            return try Self.applyFinish(db, record, downloads: downloads, recorders: recorders)
         }
+    }
+
+    /// The pipeline's automatic finish: finishes `transactionId` in one database transaction if
+    /// every one of its downloads is finished (none cancelled) and it is purchased or restored.
+    /// Returns the record when this call finished it.
+    func finishIfDelivered(_ transactionId: String) throws -> TransactionRecord? {
+        let recorders = lock.withLock { finishRecorders }
+        return try commit { db in
+            let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
+            guard downloads.allSatisfy({ $0.state == .finished }),
+                let record = try QueueRows.fetchTransaction(db, id: transactionId),
+                record.state == .purchased || record.state == .restored
+            else { return (nil, []) }
+            let ((finished, now), events) = try Self.applyFinish(db, record, downloads: downloads, recorders: recorders)
+            return (now ? finished : nil, events)
+        }
+    }
+
+    /// The finish of `record` inside the caller's database transaction: the state machine's
+    /// verdict, the finish time, the recorders (the webhook outbox) and the leases dropped.
+    private static func applyFinish(
+        _ db: Database, _ transaction: TransactionRecord, downloads: [DownloadRecord],
+        recorders: [@Sendable (Database, TransactionRecord) throws -> Void]
+    ) throws -> ((TransactionRecord, Bool), [PaymentQueueEvent]) {
+        var record = transaction
+        var machine = TransactionStateMachine(state: record.state)
+        let actions = try machine.handle(.finish(downloads: downloads.map(\.state)))
+        guard actions.contains(.markFinished) else { return ((record, false), []) }
+        // As stored (seconds since 1970), so the record returned equals the one read back.
+        let now = Date(timeIntervalSince1970: Date().timeIntervalSince1970)
+        record.state = machine.state
+        record.updatedAt = now
+        record.finishedAt = now
+        try QueueRows.update(db, transaction: record)
+        for recorder in recorders { try recorder(db, record) }
+        try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)")
+            .execute(arguments: [record.id])
+        return ((record, true), [.updatedTransactions([record]), .removedTransactions([record])])
     }
 
     /// Registers `recorder` to run inside the database transaction that finishes a transaction,
