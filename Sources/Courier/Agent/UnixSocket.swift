@@ -8,7 +8,9 @@ import Glibc
 /// used on dedicated threads only (never on Swift's cooperative pool).
 final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer` is touched by the one reading thread; writes hold `writeLock`.
     let descriptor: Int32
-    private var buffer = Data()
+    private var buffer: [UInt8] = []
+    /// How much of `buffer` is known to hold no newline (so a long line is scanned once).
+    private var scanned = 0
     private let writeLock = NSLock()
     /// The longest line accepted (a receipt with many transactions fits easily).
     static let maxLineBytes = 32 << 20
@@ -36,16 +38,24 @@ final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer`
 
     /// The next line without its newline, or nil at end of stream.
     func readLine() throws -> Data? {
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            if let newline = buffer.firstIndex(of: 0x0A) {
-                let line = buffer[buffer.startIndex..<newline]
-                buffer = Data(buffer[(newline + 1)...])
-                return Data(line)
+            let newline: Int? = buffer.withUnsafeBufferPointer { bytes -> Int? in
+                guard scanned < bytes.count, let base = bytes.baseAddress,
+                    let found = memchr(base + scanned, 0x0A, bytes.count - scanned)
+                else { return nil }
+                return UnsafePointer(found.assumingMemoryBound(to: UInt8.self)) - base
             }
+            if let newline {
+                let line = Data(buffer[0..<newline])
+                buffer.removeSubrange(0...newline)
+                scanned = 0
+                return line
+            }
+            scanned = buffer.count
             guard buffer.count <= Self.maxLineBytes else {
                 throw CourierError(.usage, "a control request is longer than \(Self.maxLineBytes) bytes")
             }
-            var chunk = [UInt8](repeating: 0, count: 64 * 1024)
             let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR { continue }
