@@ -115,12 +115,7 @@ final class DeliveryRuntime: Sendable {
     func deliver(scope: DeliveryScope, output: Output, retryStopped: Bool) async throws {
         if retryStopped {
             let stopped = try queue.entries().compactMap(\.download).filter { download in
-                guard download.state == .paused || download.state == .failed else { return false }
-                switch scope {
-                case .all: return true
-                case .transactions(let ids): return ids.contains(download.transactionId)
-                case .downloads(let ids): return ids.contains(download.id)
-                }
+                (download.state == .paused || download.state == .failed) && scope.contains(download)
             }
             if !stopped.isEmpty { try queue.resume(stopped.map(\.id)) }
         }
@@ -142,11 +137,7 @@ final class DeliveryRuntime: Sendable {
         view.finish()
         let interrupted = work.isCancelled
         let finished = try queue.entries(includeFinished: true).filter { entry in
-            switch scope {
-            case .all: return true
-            case .transactions(let ids): return ids.contains(entry.transactionId)
-            case .downloads(let ids): return entry.download.map { ids.contains($0.id) } ?? false
-            }
+            scope.contains(downloadId: entry.download?.id, transactionId: entry.transactionId)
         }
         if output.json {
             var result: [String: Any] = [

@@ -19,13 +19,8 @@ final class DeliveryProgressView: @unchecked Sendable {  // @unchecked: mutable 
     /// from the first line on.
     init(output: Output, queue: PaymentQueue, scope: DeliveryScope) {
         self.output = output
-        let records = ((try? queue.entries()) ?? []).compactMap(\.download).filter { download in
-            switch scope {
-            case .all: return true
-            case .transactions(let ids): return ids.contains(download.transactionId)
-            case .downloads(let ids): return ids.contains(download.id)
-            }
-        }
+        guard output.stderrIsTerminal, !output.json else { return }  // nothing is drawn
+        let records = ((try? queue.entries()) ?? []).compactMap(\.download).filter(scope.contains)
         for record in records where downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
     }
 

@@ -14,6 +14,20 @@ public enum DeliveryScope: Sendable, Equatable {
     case downloads(Set<String>)
     case transactions(Set<String>)
 
+    /// Whether the scope covers `download` (of `transactionId` when given separately).
+    public func contains(downloadId: String?, transactionId: String) -> Bool {
+        switch self {
+        case .all: return true
+        case .transactions(let ids): return ids.contains(transactionId)
+        case .downloads(let ids): return downloadId.map(ids.contains) ?? false
+        }
+    }
+
+    /// Whether the scope covers `download`.
+    public func contains(_ download: DownloadRecord) -> Bool {
+        contains(downloadId: download.id, transactionId: download.transactionId)
+    }
+
     /// A SQL condition on `downloads d` and its arguments.
     var condition: (sql: String, arguments: StatementArguments) {
         // The ids travel as one JSON array argument, so the SQL text is the same for every
