@@ -25,7 +25,8 @@ public struct DatabaseJournalStore: ResumeJournalStore {
     /// removed) is not an error: there is nothing left to resume.
     public func save(_ journal: ResumeJournal) throws {
         do {
-            try store.pool.write { db in
+            // Lazy: the partial file was synced first; a lost checkpoint means refetching a little.
+            try store.write(durable: false) { db in
                 try db.cachedStatement(sql: """
                         UPDATE downloads SET etag = ?, lastModified = ?, totalLength = ?, durableOffset = ?,
                             bytesReceived = MAX(bytesReceived, ?), updatedAt = ?
@@ -42,7 +43,7 @@ public struct DatabaseJournalStore: ResumeJournalStore {
 
     public func remove(downloadId: String) throws {
         do {
-            try store.pool.write { db in try QueueRows.resetJournal(db, downloadId: downloadId, now: Date()) }
+            try store.write(durable: false) { db in try QueueRows.resetJournal(db, downloadId: downloadId, now: Date()) }
         } catch {
             throw CourierError(.io, "cannot reset the journal of download \(downloadId)", cause: "\(error)")
         }

@@ -91,7 +91,8 @@ extension PaymentQueue {
         }
         var claimed: [DownloadRecord] = []
         for id in candidates where claimed.count < limit {
-            let record: DownloadRecord? = try commit { db in
+            // Lazy: a claim lost to a power cut only leaves the download waiting.
+            let record: DownloadRecord? = try commit(durable: false) { db in
                 guard var record = try QueueRows.fetchDownload(db, id: id) else { return (nil, []) }
                 let interrupted = record.state == .paused && record.pauseReason == CourierError.Code.interrupted.rawValue
                 guard record.state == .waiting || record.state == .active || interrupted else { return (nil, []) }
@@ -138,7 +139,7 @@ extension PaymentQueue {
     /// Renews this process's lease on `downloadId`; returns false when the lease was lost or
     /// the download is no longer active (another process paused or cancelled it).
     func heartbeat(_ downloadId: String, now: Date = Date()) throws -> Bool {
-        try commit { db in
+        try commit(durable: false) { db in
             let held = try self.leases.heartbeat(db, downloadId: downloadId, now: now)
             let state = try String.fetchOne(db.cachedStatement(sql: "SELECT state FROM downloads WHERE id = ?"), arguments: [downloadId])
             return (held && state == DownloadState.active.rawValue, [])
@@ -147,7 +148,7 @@ extension PaymentQueue {
 
     /// Gives up this process's lease on `downloadId`.
     func releaseLease(_ downloadId: String) {
-        _ = try? commit { db in
+        _ = try? commit(durable: false) { db in
             try self.leases.release(db, downloadId: downloadId)
             return ((), [])
         }
@@ -155,7 +156,7 @@ extension PaymentQueue {
 
     /// Records the progress of an active download and tells observers.
     func recordProgress(_ downloadId: String, _ progress: DownloadProgress, length: Int64, now: Date = Date()) {
-        _ = try? commit { db -> (Void, [PaymentQueueEvent]) in
+        _ = try? commit(durable: false) { db -> (Void, [PaymentQueueEvent]) in
             let total = progress.totalBytes ?? length
             let fraction = total > 0 ? min(1, Double(progress.bytesReceived) / Double(total)) : 0
             try db.cachedStatement(sql: """

@@ -379,11 +379,13 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     }
 
     /// Runs `body` in one IMMEDIATE database transaction, then publishes its events in commit order.
-    func commit<T>(_ body: (Database) throws -> (T, [PaymentQueueEvent])) throws -> T {
+    /// Runs `body` in one database transaction, then tells observers its events. `durable`:
+    /// on disk before this returns (see `StateStore.write(durable:)` for the lazy kind).
+    func commit<T>(durable: Bool = true, _ body: (Database) throws -> (T, [PaymentQueueEvent])) throws -> T {
         try commitLock.withLock {
             let (value, events): (T, [PaymentQueueEvent])
             do {
-                (value, events) = try store.pool.write { db in try body(db) }
+                (value, events) = try store.write(durable: durable) { db in try body(db) }
             } catch let error as CourierError {
                 throw error
             } catch {

@@ -31,6 +31,13 @@ public final class StateStore: Sendable {
         } catch {
             throw CourierError(.io, "cannot open the state database \(url.path)", cause: "\(error)")
         }
+        // GRDB turns the writer to synchronous = NORMAL when it enables WAL, after
+        // prepareDatabase ran: set FULL again, so a commit is on disk when it returns.
+        do {
+            try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        } catch {
+            throw CourierError(.io, "cannot configure the state database \(url.path)", cause: "\(error)")
+        }
         if !existed {
             for suffix in ["", "-wal", "-shm"] {
                 chmod(url.path + suffix, 0o600)
@@ -44,6 +51,30 @@ public final class StateStore: Sendable {
             try migrator.migrate(pool)
         } catch {
             throw CourierError(.io, "cannot migrate the state database \(url.path)", cause: "\(error)")
+        }
+    }
+
+    /// Runs `body` in one write transaction and commits it.
+    ///
+    /// A `durable` commit is on disk when this returns (synchronous = FULL: the WAL is synced).
+    /// A lazy one (`durable: false`) reaches the disk with the next durable commit or checkpoint
+    /// (synchronous = NORMAL for that commit: after a power loss the database is consistent but
+    /// may lack the last lazy commits, as if they had not happened yet). Lazy commits are for
+    /// what may be lost without harm and is never reported as done: progress, heartbeats,
+    /// claims, lease releases, resume-journal checkpoints (the partial file is synced first, so
+    /// an older journal only means fetching a few bytes again).
+    public func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
+        if durable { return try pool.write(body) }
+        return try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
+            var value: T?
+            try db.inTransaction {
+                value = try body(db)
+                return .commit
+            }
+            guard let value else { throw CourierError(.internal, "a database transaction returned no value") }
+            return value
         }
     }
 

@@ -6,6 +6,19 @@ import Testing
 
 @Suite("Payment queue on a real SQLite store")
 struct PaymentQueueTests {
+    @Test("the store's writer commits durably (synchronous = FULL, which GRDB's WAL setup lowers); a lazy write restores it")
+    func writerIsDurable() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try StateStore(layout: StorageLayout(root: directory.appending("Storage")))
+        func synchronous() throws -> Int? { try store.pool.writeWithoutTransaction { try Int.fetchOne($0, sql: "PRAGMA synchronous") } }
+        #expect(try synchronous() == 2)  // FULL
+        let lazy = try store.write(durable: false) { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        #expect(lazy == 1)  // NORMAL, for that commit only
+        #expect(try synchronous() == 2)
+        #expect(try store.pool.read { try String.fetchOne($0, sql: "PRAGMA journal_mode") } == "wal")
+    }
+
     @Test("adding a transaction queues its downloads; adding it again changes nothing")
     func addIsIdempotent() throws {
         let directory = try TemporaryDirectory()
