@@ -208,10 +208,13 @@ public final class DeliveryPipeline: Sendable {
             }
             let installer = self.installer
             let content = try await installPool.run { try installer.install(package: file, for: record) }
-            try queue.transition(record.id, .installed(contentURL: content))
+            // Placed, and (automatic finish) its transaction finished if this was its last
+            // download: one durable commit.
+            let finished = try queue.installed(
+                record.id, transactionId: record.transactionId, contentURL: content, finish: queue.configuration.autoFinish)
             outcome.finished = true
             logger.debug("download placed", metadata: ["content": "\(content.path)"])
-            if queue.configuration.autoFinish, let finished = try queue.finishIfDelivered(record.transactionId) {
+            if let finished {
                 outcome.finishedTransaction = finished.id
                 await notifyFinished(finished)
             }

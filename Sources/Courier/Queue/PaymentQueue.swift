@@ -254,15 +254,19 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// Returns the record when this call finished it.
     func finishIfDelivered(_ transactionId: String) throws -> TransactionRecord? {
         let recorders = lock.withLock { finishRecorders }
-        return try commit { db in
-            let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
-            guard downloads.allSatisfy({ $0.state == .finished }),
-                let record = try QueueRows.fetchTransaction(db, id: transactionId),
-                record.state == .purchased || record.state == .restored
-            else { return (nil, []) }
-            let ((finished, now), events) = try Self.applyFinish(db, record, downloads: downloads, recorders: recorders)
-            return (now ? finished : nil, events)
-        }
+        return try commit { db in try Self.finishIfDelivered(db, transactionId, recorders: recorders) }
+    }
+
+    private static func finishIfDelivered(
+        _ db: Database, _ transactionId: String, recorders: [@Sendable (Database, TransactionRecord) throws -> Void]
+    ) throws -> (TransactionRecord?, [PaymentQueueEvent]) {
+        let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
+        guard downloads.allSatisfy({ $0.state == .finished }),
+            let record = try QueueRows.fetchTransaction(db, id: transactionId),
+            record.state == .purchased || record.state == .restored
+        else { return (nil, []) }
+        let ((finished, now), events) = try applyFinish(db, record, downloads: downloads, recorders: recorders)
+        return (now ? finished : nil, events)
     }
 
     /// The finish of `record` inside the caller's database transaction: the state machine's
@@ -318,49 +322,81 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         -> DownloadRecord?
     {
         let (record, actions, removeFiles) = try commit { db -> ((DownloadRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
-            guard var record = try QueueRows.fetchDownload(db, id: downloadId) else {
-                throw CourierError(.notFound, "no download \(downloadId)")
-            }
-            var machine = DownloadStateMachine(record: record)
-            let before = machine
-            let actions = try machine.handle(event)
-            // Partial data may be dropped only by the lease holder: take the lease if it is free
-            // or stale; a live owner drops it itself when it sees the new state.
-            var removeFiles = false
-            if actions.contains(.removePartialData) || requireLease {
-                let existing = try LeaseManager.lease(db, downloadId: downloadId)
-                let ours = existing?.owner.token == self.leases.owner.token
-                if existing == nil || ours || existing?.isStale(host: self.leases.owner.host) == true {
-                    removeFiles = true
-                    if !ours { try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ?").execute(arguments: [downloadId]) }
-                } else if requireLease, let existing {
-                    throw CourierError(
-                        .leased,
-                        "download \(downloadId) is held by process \(existing.owner.pid) on \(existing.owner.host)",
-                        hint: "pause it there first, or wait for its lease to expire")
-                }
-            }
-            guard machine != before || removeFiles else { return ((nil, actions, false), []) }
-            let now = Date()
-            record.state = machine.state
-            record.pauseReason = machine.pauseReason
-            record.errorCode = machine.error?.code
-            record.errorMessage = machine.error?.message
-            record.contentURL = machine.contentURL
-            record.updatedAt = now
-            if record.state != .active { record.rate = 0 }
-            if record.state == .finished {
-                record.progress = 1
-                record.bytesReceived = record.length
-                record.timeRemaining = 0
-            }
-            try QueueRows.updateState(db, download: record)
-            if removeFiles && (actions.contains(.removePartialData) || event == .discard) {
-                try QueueRows.resetJournal(db, downloadId: downloadId, now: now)
-                record = try QueueRows.fetchDownload(db, id: downloadId) ?? record
-            }
-            return ((record, actions, removeFiles), [.updatedDownloads([record])])
+            let (record, actions, removeFiles, events) = try self.applyTransition(db, downloadId, event, requireLease: requireLease)
+            return ((record, actions, removeFiles), events)
         }
+        afterTransition(downloadId, actions: actions, removeFiles: removeFiles)
+        return record
+    }
+
+    /// Records `downloadId` as placed at `contentURL` and, with `finish`, finishes its
+    /// transaction when that was its last download: one durable commit for both, then the
+    /// events of both in that order. Returns the transaction if it was finished now.
+    func installed(_ downloadId: String, transactionId: String, contentURL: URL, finish: Bool) throws -> TransactionRecord? {
+        let recorders = lock.withLock { finishRecorders }
+        let (finished, actions, removeFiles) = try commit {
+            db -> ((TransactionRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
+            let (_, actions, removeFiles, events) = try self.applyTransition(
+                db, downloadId, .installed(contentURL: contentURL), requireLease: false)
+            guard finish else { return ((nil, actions, removeFiles), events) }
+            let (finished, finishEvents) = try Self.finishIfDelivered(db, transactionId, recorders: recorders)
+            return ((finished, actions, removeFiles), events + finishEvents)
+        }
+        afterTransition(downloadId, actions: actions, removeFiles: removeFiles)
+        return finished
+    }
+
+    /// The database half of `transition`: applies `event` inside the caller's transaction.
+    private func applyTransition(_ db: Database, _ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool) throws
+        -> (DownloadRecord?, [DownloadStateMachine.Action], Bool, [PaymentQueueEvent])
+    {
+        guard var record = try QueueRows.fetchDownload(db, id: downloadId) else {
+            throw CourierError(.notFound, "no download \(downloadId)")
+        }
+        var machine = DownloadStateMachine(record: record)
+        let before = machine
+        let actions = try machine.handle(event)
+        // Partial data may be dropped only by the lease holder: take the lease if it is free
+        // or stale; a live owner drops it itself when it sees the new state.
+        var removeFiles = false
+        if actions.contains(.removePartialData) || requireLease {
+            let existing = try LeaseManager.lease(db, downloadId: downloadId)
+            let ours = existing?.owner.token == self.leases.owner.token
+            if existing == nil || ours || existing?.isStale(host: self.leases.owner.host) == true {
+                removeFiles = true
+                if !ours { try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ?").execute(arguments: [downloadId]) }
+            } else if requireLease, let existing {
+                throw CourierError(
+                    .leased,
+                    "download \(downloadId) is held by process \(existing.owner.pid) on \(existing.owner.host)",
+                    hint: "pause it there first, or wait for its lease to expire")
+            }
+        }
+        guard machine != before || removeFiles else { return (nil, actions, false, []) }
+        let now = Date()
+        record.state = machine.state
+        record.pauseReason = machine.pauseReason
+        record.errorCode = machine.error?.code
+        record.errorMessage = machine.error?.message
+        record.contentURL = machine.contentURL
+        record.updatedAt = now
+        if record.state != .active { record.rate = 0 }
+        if record.state == .finished {
+            record.progress = 1
+            record.bytesReceived = record.length
+            record.timeRemaining = 0
+        }
+        try QueueRows.updateState(db, download: record)
+        if removeFiles && (actions.contains(.removePartialData) || event == .discard) {
+            try QueueRows.resetJournal(db, downloadId: downloadId, now: now)
+            record = try QueueRows.fetchDownload(db, id: downloadId) ?? record
+        }
+        return (record, actions, removeFiles, [.updatedDownloads([record])])
+    }
+
+    /// The file-system half of `transition`, after its commit: drops partial data it took over
+    /// and stops this process's transfer when the new state says so.
+    private func afterTransition(_ downloadId: String, actions: [DownloadStateMachine.Action], removeFiles: Bool) {
         if removeFiles {
             removePartialData(downloadId)
         }
@@ -368,7 +404,6 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
             let handler = lock.withLock { stopHandlers[downloadId] }
             handler?()
         }
-        return record
     }
 
     /// Deletes the partial file and any verified package of a download.
