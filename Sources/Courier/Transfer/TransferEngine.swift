@@ -315,15 +315,35 @@ public final class TransferEngine: Sendable {
         } catch {
             throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
         }
-        var journal = try store.load(downloadId: request.id) ?? ResumeJournal(downloadId: request.id, url: request.url)
         let exists = FileManager.default.fileExists(atPath: request.partialFile.path)
+        let fd = Glibc.open(request.partialFile.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw CourierError.posix("open", path: request.partialFile.path) }
+        // One writer per partial file across processes: a process frozen past its lease still
+        // holds this lock, so whoever took the download over cannot write the file until that
+        // process is gone (the kernel drops the lock when it exits or closes the file).
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            close(fd)
+            if code == EWOULDBLOCK {
+                throw CourierError(
+                    .leased, "another process is writing \(request.partialFile.path)",
+                    hint: "it may be stopped or frozen; run again once it has exited")
+            }
+            throw CourierError.posix("flock", path: request.partialFile.path, errno: code)
+        }
+        // The journal is read under the lock, so it is the last one its previous writer saved.
+        var journal: ResumeJournal
+        do {
+            journal = try store.load(downloadId: request.id) ?? ResumeJournal(downloadId: request.id, url: request.url)
+        } catch {
+            close(fd)
+            throw error
+        }
         if journal.url != request.url || !exists
             || (request.expectedLength != nil && journal.totalLength != nil && journal.totalLength != request.expectedLength)
         {
             journal = ResumeJournal(downloadId: request.id, url: request.url)
         }
-        let fd = Glibc.open(request.partialFile.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw CourierError.posix("open", path: request.partialFile.path) }
         return (fd, journal)
     }
 

@@ -313,6 +313,33 @@ struct TransferEngineTests {
         #expect(origin.requests.count == 2)
     }
 
+    @Test("a partial file another process holds (frozen past its lease) is not written; once it lets go, the download completes")
+    func partialFileHasOneWriter() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let content = TransferFixture.bytes(1 << 20)
+        let origin = try FaultOrigin(content: content, behavior: FaultOrigin.Behavior())
+        defer { origin.stop() }
+        let engine = try TransferFixture.engine()
+        defer { engine.shutdown() }
+        let store = FileResumeJournalStore(directory: folder.url)
+        let request = TransferFixture.request(origin.url(), in: folder, sha256: TransferFixture.sha256(content))
+        try Data("bytes of the other writer".utf8).write(to: request.partialFile)
+        // The other writer: its own open file description with the exclusive lock.
+        let holder = open(request.partialFile.path, O_RDWR | O_CLOEXEC)
+        #expect(holder >= 0 && flock(holder, LOCK_EX | LOCK_NB) == 0)
+        do {
+            _ = try await engine.download(request, journal: store) { _ in }
+            Issue.record("the download wrote a partial file another process holds")
+        } catch let error as CourierError {
+            #expect(error.code == .leased, "\(error)")
+        }
+        #expect(try Data(contentsOf: request.partialFile) == Data("bytes of the other writer".utf8))
+        close(holder)
+        let result = try await engine.download(request, journal: store) { _ in }
+        #expect(try Data(contentsOf: result.file) == content)
+    }
+
     @Test("cancelling the task pauses with the journal kept; the next call resumes")
     func cancelPauses() async throws {
         let folder = try TemporaryDirectory()
