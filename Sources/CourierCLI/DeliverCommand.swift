@@ -120,8 +120,8 @@ final class DeliveryRuntime: Sendable {
             if !stopped.isEmpty { try queue.resume(stopped.map(\.id)) }
         }
         let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
-        let events = queue.eventStream()
-        let watcher = Task { await view.follow(events) }
+        queue.addObserver(view)
+        defer { queue.removeObserver(view) }
         let pipeline = self.pipeline
         let work = Task { try await pipeline.run(scope: scope) }
         let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
@@ -130,10 +130,12 @@ final class DeliveryRuntime: Sendable {
         do {
             summary = try await work.value
         } catch {
-            watcher.cancel()
+            await queue.observersCaughtUp()
+            view.finish()
             throw error
         }
-        watcher.cancel()
+        // Every event of the run is shown before the result.
+        await queue.observersCaughtUp()
         view.finish()
         let interrupted = work.isCancelled
         let finished = try queue.entries(includeFinished: true).filter { entry in

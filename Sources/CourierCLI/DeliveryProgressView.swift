@@ -3,7 +3,9 @@ import Foundation
 
 /// Shows a delivery's progress: on a terminal a bar per active download and a total line with
 /// the overall rate and ETA, redrawn in place on standard error; NDJSON events with --json.
-final class DeliveryProgressView: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+/// An observer of the queue, so the caller can wait until it has shown every committed change
+/// (`PaymentQueue.observersCaughtUp`) before printing the result.
+final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
     private let output: Output
     private let lock = NSLock()
     private var downloads: [String: DownloadRecord] = [:]
@@ -24,20 +26,22 @@ final class DeliveryProgressView: @unchecked Sendable {  // @unchecked: mutable 
         for record in records where downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
     }
 
-    func follow(_ events: AsyncStream<PaymentQueueEvent>) async {
-        for await event in events {
-            switch event {
-            case .updatedDownloads(let records):
-                for record in records { show(record) }
-            case .updatedTransactions(let records), .removedTransactions(let records):
-                if output.json {
-                    for record in records {
-                        output.emit(["event": "transaction", "transactionId": record.id, "productId": record.productId, "state": record.state.rawValue])
-                    }
-                }
-            case .restoreCompleted, .restoreFailed:
-                break
-            }
+    func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord]) {
+        for record in downloads { show(record) }
+    }
+
+    func paymentQueue(_ queue: PaymentQueue, updatedTransactions transactions: [TransactionRecord]) {
+        emit(transactions)
+    }
+
+    func paymentQueue(_ queue: PaymentQueue, removedTransactions transactions: [TransactionRecord]) {
+        emit(transactions)
+    }
+
+    private func emit(_ transactions: [TransactionRecord]) {
+        guard output.json else { return }
+        for record in transactions {
+            output.emit(["event": "transaction", "transactionId": record.id, "productId": record.productId, "state": record.state.rawValue])
         }
     }
 

@@ -53,6 +53,10 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
 
     public func removeObserver(_ observer: any PaymentQueueObserver) { events.remove(observer) }
 
+    /// Returns once observers have been told of every change committed so far (their calls
+    /// arrive asynchronously): what a caller prints after its work ends then comes last.
+    public func observersCaughtUp() async { await events.drain() }
+
     /// The queue's events from now on, in commit order. Slow consumers lose the oldest events
     /// beyond 4,096 buffered; the store always has the current state.
     public func eventStream() -> AsyncStream<PaymentQueueEvent> { events.stream() }

@@ -79,6 +79,13 @@ final class PaymentQueueEvents: @unchecked Sendable {  // @unchecked: mutable st
         }
     }
 
+    /// Returns once every observer call queued so far has been made.
+    func drain() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            delivery.async { continuation.resume() }
+        }
+    }
+
     func finishStreams() {
         let streams = lock.withLock { Array(continuations.values) }
         for continuation in streams { continuation.finish() }
