@@ -107,12 +107,13 @@ public final class CourierAgent: Service, Sendable {
             logger[metadataKey: "download-id"] = "\(download.id)"
             logger[metadataKey: "transaction-id"] = "\(download.transactionId)"
             switch reason {
-            case CourierError.Code.network.rawValue:
+            case CourierError.Code.network.rawValue, CourierError.Code.leased.rawValue:
+                // The network may be back; a process that held the partial file may be gone.
                 let attempts = retries.attempts(download.id)
                 let delay = min(options.maxRetryBackoff, options.retryBackoff * pow(2, Double(min(attempts, 30))))
                 guard now.timeIntervalSince(download.updatedAt) >= delay else { continue }
                 retries.record(download.id)
-                logger.info("retrying after a network failure", metadata: ["attempt": "\(attempts + 1)"])
+                logger.info("retrying", metadata: ["reason": "\(reason ?? "")", "attempt": "\(attempts + 1)"])
                 _ = try? queue.resume([download.id])
             case CourierError.Code.insufficientSpace.rawValue:
                 let needed = max(0, download.length - download.durableOffset) + (download.unpackedLength ?? download.length)

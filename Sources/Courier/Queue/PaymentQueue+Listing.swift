@@ -13,6 +13,9 @@ public enum StallReason: String, Sendable, Codable {
     case network
     /// Paused for lack of disk space.
     case insufficientSpace
+    /// Failed because another process still had its partial file open (`leased`: a worker frozen
+    /// past its lease); it may run once that process is gone.
+    case partialFileBusy
 }
 
 /// One line of `courier list`: a transaction and one of its downloads (none when it has no
@@ -47,7 +50,11 @@ extension DownloadRecord {
             default: return nil
             }
         case .failed:
-            return errorCode == .network ? .network : nil
+            switch errorCode {
+            case .network?: return .network
+            case .leased?: return .partialFileBusy
+            default: return nil
+            }
         case .waiting, .finished, .cancelled:
             return nil
         }
@@ -129,7 +136,7 @@ extension PaymentQueue {
             case .noBytes:
                 try transition(download.id, .pause(reason: nil))
                 if let record = try transition(download.id, .resume) { moved.append(record) }
-            case .interrupted, .network, .insufficientSpace:
+            case .interrupted, .network, .insufficientSpace, .partialFileBusy:
                 if let record = try transition(download.id, .resume) { moved.append(record) }
             }
         }

@@ -143,6 +143,28 @@ struct DeliveryPipelineTests {
         #expect(try queue.transaction("f3")?.state == .purchased)
     }
 
+    @Test("a download refused because another process holds its partial file is stalled, and resume --stalled runs it")
+    func partialFileBusyIsStalled() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let queue = try QueueFixtures.queue(directory)
+        let downloader = MemoryDownloader()
+        let t = QueueFixtures.transaction("b1", product: "com.example.busy")
+        downloader.serve(t.productId, payload(4), behaviour: .fail(CourierError(.leased, "another process is writing it")))
+        try queue.add([t], content: [QueueFixtures.content(for: t, payload: payload(4))])
+        let pipeline = DeliveryPipeline(
+            queue: queue, downloader: downloader, installer: CopyInstaller(layout: queue.layout), logger: Logger(label: "test"))
+        let first = try await pipeline.run()
+        #expect(first.finishedTransactions.isEmpty)
+        let entry = try #require(try queue.entries().first)
+        #expect(entry.download?.state == .failed && entry.download?.errorCode == .leased)
+        #expect(entry.stalled == .partialFileBusy)
+        // The other process is gone.
+        downloader.setBehaviour(t.productId, .deliver)
+        #expect(try queue.requeueStalled().count == 1)
+        #expect(try await pipeline.run().finishedTransactions == ["b1"])
+    }
+
     @Test("cancelling the run pauses active work as interrupted; the next run picks it up")
     func interruptedRunIsPickedUp() async throws {
         let directory = try TemporaryDirectory()
