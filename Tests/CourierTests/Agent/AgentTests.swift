@@ -124,7 +124,7 @@ struct CourierAgentTests {
             let enqueue = try shop.courier(
                 ["enqueue", "--receipt", try shop.receipt(AgentShop.products, name: "receipt-\(trial).txt").path], storage: storage)
             #expect(enqueue.status == 0, "trial \(trial): \(enqueue.stderr) \(enqueue.stdout)")
-            usleep(UInt32.random(in: 50_000...1_600_000))  // a random kill point, not a synchronization
+            usleep(UInt32.random(in: 50_000...1_200_000))  // a random kill point, not a synchronization
             _ = stopProcess(agent, signal: SIGKILL)
             // The dead agent's socket file is still there: the next agent replaces it.
             #expect(FileManager.default.fileExists(atPath: StorageLayout(root: storage).agentSocket.path))
