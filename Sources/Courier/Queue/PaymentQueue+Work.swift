@@ -28,40 +28,41 @@ public enum DeliveryScope: Sendable, Equatable {
         contains(downloadId: download.id, transactionId: download.transactionId)
     }
 
+    /// `ids` as one JSON array, for `IN (SELECT value FROM json_each(?))`: the SQL text stays the
+    /// same however many ids there are, so its compiled statement is reused.
+    static func jsonList(_ ids: Set<String>) -> String {
+        // Built by hand: JSONSerialization costs more than the query for a few hundred ids.
+        // Ids are plain (hex digits, App Store numbers): joined as they are, escaped otherwise.
+        let plain = ids.allSatisfy { id in
+            id.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+        }
+        if plain { return ids.isEmpty ? "[]" : "[\"" + ids.joined(separator: "\",\"") + "\"]" }
+        var json = "["
+        for (index, id) in ids.enumerated() {
+            if index > 0 { json += "," }
+            json += "\""
+            for scalar in id.unicodeScalars {
+                switch scalar {
+                case "\"": json += "\\\""
+                case "\\": json += "\\\\"
+                case _ where scalar.value < 0x20: json += String(format: "\\u%04x", scalar.value)
+                default: json.unicodeScalars.append(scalar)
+                }
+            }
+            json += "\""
+        }
+        return json + "]"
+    }
+
     /// A SQL condition on `downloads d` and its arguments.
     var condition: (sql: String, arguments: StatementArguments) {
-        // The ids travel as one JSON array argument, so the SQL text is the same for every
-        // scope of a kind and its compiled statement is reused (however many ids there are).
-        func list(_ ids: Set<String>) -> String {
-            // Built by hand: JSONSerialization costs more than the query for a few hundred ids.
-            // Ids are plain (hex digits, App Store numbers): joined as they are, escaped otherwise.
-            let plain = ids.allSatisfy { id in
-                id.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
-            }
-            if plain { return ids.isEmpty ? "[]" : "[\"" + ids.joined(separator: "\",\"") + "\"]" }
-            var json = "["
-            for (index, id) in ids.enumerated() {
-                if index > 0 { json += "," }
-                json += "\""
-                for scalar in id.unicodeScalars {
-                    switch scalar {
-                    case "\"": json += "\\\""
-                    case "\\": json += "\\\\"
-                    case _ where scalar.value < 0x20: json += String(format: "\\u%04x", scalar.value)
-                    default: json.unicodeScalars.append(scalar)
-                    }
-                }
-                json += "\""
-            }
-            return json + "]"
-        }
         switch self {
         case .all:
             return ("1", [])
         case .downloads(let ids):
-            return ("d.id IN (SELECT value FROM json_each(?))", [list(ids)])
+            return ("d.id IN (SELECT value FROM json_each(?))", [Self.jsonList(ids)])
         case .transactions(let ids):
-            return ("d.transactionId IN (SELECT value FROM json_each(?))", [list(ids)])
+            return ("d.transactionId IN (SELECT value FROM json_each(?))", [Self.jsonList(ids)])
         }
     }
 }
@@ -182,13 +183,11 @@ extension PaymentQueue {
         case .all:
             (condition, arguments) = ("1", [])
         case .transactions(let ids):
-            let list = Array(ids)
-            (condition, arguments) = ("t.id IN (\(list.map { _ in "?" }.joined(separator: ",")))", StatementArguments(list))
+            (condition, arguments) = ("t.id IN (SELECT value FROM json_each(?))", [DeliveryScope.jsonList(ids)])
         case .downloads(let ids):
-            let list = Array(ids)
             (condition, arguments) = (
-                "t.id IN (SELECT transactionId FROM downloads WHERE id IN (\(list.map { _ in "?" }.joined(separator: ","))))",
-                StatementArguments(list)
+                "t.id IN (SELECT transactionId FROM downloads WHERE id IN (SELECT value FROM json_each(?)))",
+                [DeliveryScope.jsonList(ids)]
             )
         }
         return try read { db in
