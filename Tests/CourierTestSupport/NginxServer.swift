@@ -86,6 +86,18 @@ public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable 
         return text.split(separator: "\n").map(String.init)
     }
 
+    /// The access log once it has at least `count` lines (nginx writes a request's line after
+    /// it sent the response, so a client can be faster than the log), or as it is after `timeout`.
+    public func accessLog(atLeast count: Int, timeout: Double = 10) -> [String] {
+        let deadline = Date().addingTimeInterval(timeout)
+        var lines = accessLog()
+        while lines.count < count && Date() < deadline {
+            usleep(10_000)
+            lines = accessLog()
+        }
+        return lines
+    }
+
     public func stop() {
         if process.isRunning {
             process.terminate()
