@@ -36,6 +36,10 @@ struct CourierCommand: AsyncParsableCommand {
     /// Runs the command, ending with exit code 2 (DESIGN.md) rather than ArgumentParser's 64 on
     /// a usage error.
     static func main() async {
+        // Everything Courier creates (state, partial files, journals, catalogs, content) is the
+        // user's alone from its first byte: no file is ever created readable by others and then
+        // chmodded (DESIGN.md, "Secure by default").
+        umask(0o077)
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {

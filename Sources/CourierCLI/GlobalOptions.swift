@@ -13,8 +13,17 @@ struct GlobalOptions: ParsableArguments {
     @Flag(name: .long, help: "Machine-readable output: one JSON document, or NDJSON events.")
     var json = false
 
-    /// The storage layout these options name.
-    var layout: StorageLayout { StorageLayout.resolve(explicit: storage) }
+    /// The storage layout these options name. An existing root that others may enter is made
+    /// owner-only (it holds signed transactions), with a one-line note on standard error.
+    var layout: StorageLayout {
+        let layout = StorageLayout.resolve(explicit: storage)
+        if let previous = try? layout.secureRoot() {
+            let note = "courier: made \(layout.root.path) owner-only (mode 0700, was \(String(previous, radix: 8))): "
+                + "it holds signed purchases\n"
+            FileHandle.standardError.write(Data(note.utf8))
+        }
+        return layout
+    }
 
     /// The configuration: the file (required when named with --config), then the environment.
     func loadConfiguration() throws -> CourierConfiguration {

@@ -85,4 +85,31 @@ public enum CourierBinary {
             stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? ""
         )
     }
+
+    /// Runs a shell command line (`/bin/sh -c LINE`) to completion, for the rare test that needs
+    /// the shell (a umask, a pipe) around `courier`; quote the binary's path yourself.
+    public static func runShell(_ line: String, timeout: Double = 120) throws -> Result {
+        let scratch = try TemporaryDirectory(prefix: "courier-run")
+        defer { scratch.remove() }
+        let out = scratch.appending("stdout")
+        let err = scratch.appending("stderr")
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: err.path, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", line]
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: out)
+        process.standardError = try FileHandle(forWritingTo: err)
+        try process.run()
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return Result(
+            status: process.terminationStatus,
+            stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
+            stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? ""
+        )
+    }
 }

@@ -25,7 +25,9 @@ public final class StateStore: Sendable {
             try db.execute(sql: "PRAGMA synchronous = FULL")
             try db.execute(sql: "PRAGMA foreign_keys = ON")
         }
-        let existed = FileManager.default.fileExists(atPath: url.path)
+        // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the mode of
+        // the database file, so no state file is ever readable by others, not even briefly.
+        try OwnerOnlyFile.create(atPath: url.path)
         do {
             pool = try DatabasePool(path: url.path, configuration: configuration)
         } catch {
@@ -37,11 +39,6 @@ public final class StateStore: Sendable {
             try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         } catch {
             throw CourierError(.io, "cannot configure the state database \(url.path)", cause: "\(error)")
-        }
-        if !existed {
-            for suffix in ["", "-wal", "-shm"] {
-                chmod(url.path + suffix, 0o600)
-            }
         }
         var migrator = DatabaseMigrator()
         for (name, body) in Self.migrations {

@@ -4,6 +4,8 @@ import Foundation
 ///
 /// The root is `./Storage` by default, `COURIER_STORAGE` when set, or `--storage DIR`.
 /// `prepare()` creates the folders owner-only and the `CACHEDIR.TAG` at the root of `Caches/`.
+/// The root holds signed transactions (bearer tokens for the origin), so it is 0700: created so,
+/// and tightened when an existing root lets others in (`secureRoot()`).
 public struct StorageLayout: Sendable, Hashable {
     public let root: URL
 
@@ -33,19 +35,33 @@ public struct StorageLayout: Sendable, Hashable {
     /// The running agent's control socket.
     public var agentSocket: URL { root.appendingPathComponent("agent.sock") }
 
-    /// Creates the root and its folders (mode 0700) and `Caches/CACHEDIR.TAG` if missing.
+    /// Makes an existing root owner-only (0700) when group or others may enter or list it (a
+    /// git checkout leaves `./Storage` 0755). Returns the mode it had when it changed it, nil when
+    /// there was nothing to do (no root yet, or already owner-only). A symlinked root is followed:
+    /// naming a root is the user's choice.
+    @discardableResult
+    public func secureRoot() throws -> mode_t? {
+        var status = stat()
+        guard stat(root.path, &status) == 0 else { return nil }
+        guard status.st_mode & S_IFMT == S_IFDIR else {
+            throw CourierError(.io, "\(root.path) is not a folder")
+        }
+        let permissions = status.st_mode & 0o7777
+        guard permissions & 0o077 != 0 else { return nil }
+        guard chmod(root.path, permissions & 0o7700 | 0o700) == 0 else {
+            throw CourierError(.io, "cannot make \(root.path) owner-only", cause: String(cString: strerror(errno)))
+        }
+        return permissions
+    }
+
+    /// Creates the root and its folders (mode 0700, whatever the umask) and `Caches/CACHEDIR.TAG`
+    /// if missing, and makes an existing root owner-only (`secureRoot()`).
     public func prepare() throws {
         let fileManager = FileManager.default
-        for folder in [root, downloads, caches, documents] {
-            do {
-                try fileManager.createDirectory(
-                    at: folder,
-                    withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700]
-                )
-            } catch {
-                throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
-            }
+        try Self.makeOwnerOnlyFolder(root)
+        try secureRoot()
+        for folder in [downloads, caches, documents] {
+            try Self.makeOwnerOnlyFolder(folder)
         }
         let tag = caches.appendingPathComponent("CACHEDIR.TAG")
         if !fileManager.fileExists(atPath: tag.path) {
@@ -56,11 +72,26 @@ public struct StorageLayout: Sendable, Hashable {
                 # For information about cache directory tags see https://bford.info/cachedir/
 
                 """
-            do {
-                try Data(text.utf8).write(to: tag, options: .atomic)
-            } catch {
-                throw CourierError(.io, "cannot write \(tag.path)", cause: "\(error)")
-            }
+            try OwnerOnlyFile.write(Data(text.utf8), toNewFileAt: tag.path)
+        }
+    }
+
+    /// Creates `folder` (and missing parents) with mode 0700 from the first moment: `mkdir` with
+    /// 0700 can only lose bits to the umask, never gain them, so no one else can enter it between
+    /// its creation and a later chmod.
+    private static func makeOwnerOnlyFolder(_ folder: URL) throws {
+        let path = folder.path
+        if mkdir(path, 0o700) == 0 || errno == EEXIST { return }
+        guard errno == ENOENT else {
+            throw CourierError(.io, "cannot create \(path)", cause: String(cString: strerror(errno)))
+        }
+        let parent = folder.deletingLastPathComponent()
+        guard parent.path != path else {
+            throw CourierError(.io, "cannot create \(path)", cause: "no parent folder")
+        }
+        try makeOwnerOnlyFolder(parent)
+        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
+            throw CourierError(.io, "cannot create \(path)", cause: String(cString: strerror(errno)))
         }
     }
 }
