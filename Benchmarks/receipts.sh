@@ -26,8 +26,8 @@ head -n 1 "$WORK/many.jws" > "$WORK/one.jws"
 head -c $((10 << 20)) /dev/zero | tr '\0' 'A' > "$WORK/huge.receipt"
 
 hyperfine --runs "$RUNS" --warmup 1 --export-json "$WORK/h.json" \
-    -n one "$BIN receipt verify $WORK/one.jws --trust-root $WORK/sandbox" \
-    -n many "$BIN receipt verify $WORK/many.jws --trust-root $WORK/sandbox" > /dev/null
+    -n one "$BIN receipt verify $WORK/one.jws --trust-root $WORK/sandbox --environment Sandbox" \
+    -n many "$BIN receipt verify $WORK/many.jws --trust-root $WORK/sandbox --environment Sandbox" > /dev/null
 python3 - "$WORK/h.json" "$TOKENS" <<'PY'
 import json, sys
 results = {r["command"]: r["mean"] for r in json.load(open(sys.argv[1]))["results"]}
@@ -36,5 +36,5 @@ per = (results["many"] - results["one"]) / max(tokens - 1, 1)
 print(f"one transaction: {results['one'] * 1000:.1f} ms per process")
 print(f"{tokens} transactions: {results['many'] * 1000:.1f} ms; {per * 1000:.2f} ms each, {1 / per if per > 0 else 0:.0f}/s")
 PY
-/usr/bin/time -f "10 MB input refused (exit 3): peak RSS %M KiB" "$BIN" receipt verify "$WORK/huge.receipt" --trust-root "$WORK/sandbox" 2>&1 >/dev/null | grep peak || true
-/usr/bin/time -f "one transaction verified: peak RSS %M KiB" "$BIN" receipt verify "$WORK/one.jws" --trust-root "$WORK/sandbox" 2>&1 >/dev/null | grep peak || true
+/usr/bin/time -f "10 MB input refused (exit 3): peak RSS %M KiB" "$BIN" receipt verify "$WORK/huge.receipt" --trust-root "$WORK/sandbox" --environment Sandbox 2>&1 >/dev/null | grep peak || true
+/usr/bin/time -f "one transaction verified: peak RSS %M KiB" "$BIN" receipt verify "$WORK/one.jws" --trust-root "$WORK/sandbox" --environment Sandbox 2>&1 >/dev/null | grep peak || true

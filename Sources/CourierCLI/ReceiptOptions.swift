@@ -19,7 +19,10 @@ struct ReceiptOptions: ParsableArguments {
 
     @Option(
         name: .customLong("environment"),
-        help: ArgumentHelp("An accepted App Store environment, Production or Sandbox (repeatable).", valueName: "name")
+        help: ArgumentHelp(
+            "An accepted App Store environment, Production or Sandbox (repeatable; default Production only).",
+            valueName: "name"
+        )
     )
     var environments: [String] = []
 

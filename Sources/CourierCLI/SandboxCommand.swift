@@ -55,7 +55,9 @@ struct SandboxInitCommand: AsyncParsableCommand {
                 output.line("\(created ? "created" : "kept") the sandbox store in \(store.directory.path)")
                 output.line("trusted root: \(store.rootCertificateFile.path) (DER: \(store.rootCertificateDERFile.path))")
                 output.line("catalog: \(catalogFile.path) (\(catalog.products.map(\.productId).joined(separator: ", ")))")
-                output.line("verify with:  courier receipt verify FILE --trust-root \(store.rootCertificateFile.path)")
+                output.line(
+                    "verify with:  courier receipt verify FILE --trust-root \(store.rootCertificateFile.path) --environment Sandbox"
+                )
             }
         }
     }
@@ -95,7 +97,12 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("When the subscription period ends.", valueName: "date"))
     var expires: String?
 
-    @Option(help: ArgumentHelp("Production or Sandbox (default Sandbox).", valueName: "name"))
+    @Option(
+        help: ArgumentHelp(
+            "Production or Sandbox (default Sandbox, which a verifier accepts only with --environment Sandbox).",
+            valueName: "name"
+        )
+    )
     var environment: String = "Sandbox"
 
     @Option(

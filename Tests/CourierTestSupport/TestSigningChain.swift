@@ -100,6 +100,36 @@ public struct TestSigningChain {
         )
     }
 
+    /// Another issue of this chain's root: the same name and key, a new serial number and
+    /// validity (as Apple's test fixtures carry a reissued test root in `x5c[2]`).
+    public func reissuedRoot() throws -> Certificate {
+        let year: TimeInterval = 365 * 86_400
+        let start = Date().addingTimeInterval(-5 * year)
+        return try Certificate(
+            version: .v3,
+            serialNumber: .init(),
+            publicKey: root.publicKey,
+            notValidBefore: start,
+            notValidAfter: start.addingTimeInterval(25 * year),
+            issuer: root.subject,
+            subject: root.subject,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+            },
+            issuerPrivateKey: .init(rootKey)
+        )
+    }
+
+    /// A token whose `x5c` is `entries` as given (base64 text, not necessarily certificates),
+    /// signed ES256 by the leaf.
+    public func token(_ payload: [String: Any], x5c entries: [String]) throws -> String {
+        let header = try JSONSerialization.data(withJSONObject: ["alg": "ES256", "x5c": entries] as [String: Any])
+        let input = Self.base64url(header) + "." + Self.base64url(try JSONSerialization.data(withJSONObject: payload))
+        return input + "." + Self.base64url(try leafKey.signature(for: Data(input.utf8)).rawRepresentation)
+    }
+
     /// DER bytes of a certificate.
     public static func der(_ certificate: Certificate) throws -> Data {
         var serializer = DER.Serializer()

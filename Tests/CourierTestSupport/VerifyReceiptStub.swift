@@ -70,12 +70,14 @@ public final class VerifyReceiptStub: @unchecked Sendable {  // @unchecked: `ser
         return .json(#"{"status":\#(status)}"#)
     }
 
-    /// A status-0 answer for `bundleId` in `environment` with these `in_app` entries (also
-    /// echoed as `latest_receipt_info`, as Apple does for subscriptions).
+    /// A status-0 answer for `bundleId` in `environment` (nil: no `environment` key, as older
+    /// answers have) with these `in_app` entries, echoed as `latest_receipt_info` (as Apple does
+    /// for subscriptions) unless `latestReceiptInfo` gives that list.
     public static func valid(
         bundleId: String = "com.example.app",
-        environment: String = "Sandbox",
-        inApp: [[String: String]]
+        environment: String? = "Sandbox",
+        inApp: [[String: String]],
+        latestReceiptInfo: [[String: String]]? = nil
     ) -> Reply {
         let receipt: [String: Any] = [
             "receipt_type": environment == "Sandbox" ? "ProductionSandbox" : "Production",
@@ -84,10 +86,11 @@ public final class VerifyReceiptStub: @unchecked Sendable {  // @unchecked: `ser
             "request_date_ms": "\(Int64(Date().timeIntervalSince1970 * 1000))",
             "in_app": inApp,
         ]
-        let object: [String: Any] = [
-            "status": 0, "environment": environment, "receipt": receipt,
-            "latest_receipt_info": inApp, "latest_receipt": "bGF0ZXN0",
+        var object: [String: Any] = [
+            "status": 0, "receipt": receipt, "latest_receipt_info": latestReceiptInfo ?? inApp,
+            "latest_receipt": "bGF0ZXN0",
         ]
+        if let environment { object["environment"] = environment }
         let data = (try? JSONSerialization.data(withJSONObject: object)) ?? Data()
         return .json(String(decoding: data, as: UTF8.self))
     }

@@ -30,6 +30,9 @@ public struct EntitledContent: Sendable, Hashable, Codable {
 /// The entitlement rules: which catalog content verified transactions unlock.
 ///
 /// - A revoked transaction unlocks nothing; a product the catalog does not list unlocks nothing.
+///   Of several copies of one transactionId, a revoked one wins, else the latest `signedDate`
+///   (`VerifiedTransaction.latestCopies`), so a refund read after, or before, an older copy of
+///   the purchase still unlocks nothing, whatever the order.
 /// - Non-consumables, non-renewing subscriptions (and consumables with content) unlock their
 ///   product's `content`. The same transactionId seen twice delivers once, and so does the same
 ///   content bought twice (the earliest purchase is kept).
@@ -48,12 +51,12 @@ public enum Entitlements {
         catalog: Catalog,
         now: Date
     ) -> [EntitledContent] {
-        var seenTransactions = Set<String>()
-        var unique: [VerifiedTransaction] = []
-        for transaction in transactions.sorted(by: { $0.purchaseDate < $1.purchaseDate })
-        where transaction.revocationDate == nil && seenTransactions.insert(transaction.transactionId).inserted {
-            unique.append(transaction)
-        }
+        // One copy per transactionId first (a refund is never hidden by an older copy of the
+        // purchase), then the revoked ones dropped; sorted on (purchaseDate, transactionId) so
+        // the input order never changes the answer.
+        let unique = VerifiedTransaction.latestCopies(transactions)
+            .filter { $0.revocationDate == nil }
+            .sorted { ($0.purchaseDate, $0.transactionId) < ($1.purchaseDate, $1.transactionId) }
         var result: [String: EntitledContent] = [:]
         var order: [String: (String, Date)] = [:]
         func add(_ entry: EntitledContent, published: Date) {

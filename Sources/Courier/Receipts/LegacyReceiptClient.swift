@@ -9,8 +9,10 @@ import Logging
 /// exponential backoff on 21002, 21005, 21009, 211xx when the answer says `is-retryable`, on
 /// HTTP 5xx and when no answer arrives. Every other status is a precise error.
 /// `receipt.in_app` and `latest_receipt_info` become `VerifiedTransaction`s (`cancellation_date`
-/// becomes `revocationDate`); the receipt's bundle and environment are checked like a JWS's.
-/// The shared secret is sent but never logged.
+/// becomes `revocationDate`; of two copies of one transaction, the cancelled one wins); the
+/// receipt's bundle and environment are checked like a JWS's, the environment being the
+/// endpoint's that answered (the sandbox URL answered: `Sandbox`), never assumed Production.
+/// Decoding an answer is `VerifyReceiptResponse`. The shared secret is sent but never logged.
 public struct LegacyReceiptClient: Sendable {
     public let transport: any HTTPTransport
     public let configuration: ReceiptConfiguration
@@ -40,7 +42,7 @@ public struct LegacyReceiptClient: Sendable {
     }
 
     /// Verifies a base64 legacy receipt with the service and returns the transactions it holds,
-    /// deduplicated by transactionId (cancelled ones carry their `revocationDate`).
+    /// one per transactionId (cancelled ones carry their `revocationDate`).
     public func verify(receiptData: String) async throws -> [VerifiedTransaction] {
         let settings = configuration.verifyReceipt
         var body: [String: Any] = [
@@ -65,10 +67,15 @@ public struct LegacyReceiptClient: Sendable {
             }
             let outcome = await exchange(url: url, body: requestBody, service: service)
             switch outcome {
-            case .answer(let status, let object):
+            case .answer(let response):
+                let status = response.status
                 switch status {
                 case Status.valid, Status.subscriptionExpired:
-                    return try transactions(from: object)
+                    return try response.transactions(
+                        answeredBy: useSandbox ? .sandbox : .production,
+                        bundleId: configuration.bundleId,
+                        environments: configuration.environments
+                    )
                 case Status.sandboxReceiptSentToProduction, Status.productionReceiptSentToSandbox:
                     let toSandbox = status == Status.sandboxReceiptSentToProduction
                     guard switches < 2, toSandbox != useSandbox else {
@@ -89,7 +96,7 @@ public struct LegacyReceiptClient: Sendable {
                 default:
                     let retryable =
                         Status.retryable.contains(status)
-                        || ((21100...21199).contains(status) && Self.isRetryable(object))
+                        || ((21100...21199).contains(status) && response.isRetryable)
                     if retryable && attempt < settings.retries {
                         try await backoff(attempt: attempt, reason: "status \(status)")
                         attempt += 1
@@ -111,7 +118,7 @@ public struct LegacyReceiptClient: Sendable {
     }
 
     private enum Outcome {
-        case answer(status: Int, object: [String: Any])
+        case answer(VerifyReceiptResponse)
         case transient(CourierError)
         case fatal(CourierError)
     }
@@ -144,9 +151,7 @@ public struct LegacyReceiptClient: Sendable {
             )
             return response.status >= 500 || response.status == 429 ? .transient(error) : .fatal(error)
         }
-        guard let object = (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any],
-            let status = (object["status"] as? NSNumber)?.intValue
-        else {
+        guard let answer = VerifyReceiptResponse(body: response.body) else {
             return .fatal(
                 CourierError(
                     .network,
@@ -155,8 +160,8 @@ public struct LegacyReceiptClient: Sendable {
                 )
             )
         }
-        logger.debug("verifyReceipt: answer", metadata: ["status": "\(status)", "service": "\(service)"])
-        return .answer(status: status, object: object)
+        logger.debug("verifyReceipt: answer", metadata: ["status": "\(answer.status)", "service": "\(service)"])
+        return .answer(answer)
     }
 
     private func backoff(attempt: Int, reason: String) async throws {
@@ -168,15 +173,6 @@ public struct LegacyReceiptClient: Sendable {
         } catch {
             throw CourierError(.cancelled, "receipt verification was cancelled while waiting to retry")
         }
-    }
-
-    static func isRetryable(_ object: [String: Any]) -> Bool {
-        for key in ["is-retryable", "is_retryable"] {
-            if let value = object[key] as? Bool { return value }
-            if let value = object[key] as? NSNumber { return value.intValue != 0 }
-            if let value = object[key] as? String { return value == "true" || value == "1" }
-        }
-        return false
     }
 
     /// The precise error for a status the protocol does not let us get past.
@@ -222,79 +218,6 @@ public struct LegacyReceiptClient: Sendable {
             return ReceiptCheck.status.failure(
                 "the verifyReceipt service refused the receipt with unknown status \(status)"
             )
-        }
-    }
-
-    /// The transactions of a status-0 answer, after the bundle and environment checks.
-    func transactions(from object: [String: Any]) throws -> [VerifiedTransaction] {
-        guard let receipt = object["receipt"] as? [String: Any] else {
-            throw CourierError(.network, "the verifyReceipt answer has no receipt", cause: "malformed response")
-        }
-        let bundle = (receipt["bundle_id"] as? String) ?? (receipt["bid"] as? String) ?? ""
-        guard bundle == configuration.bundleId else {
-            throw ReceiptCheck.bundle.failure(
-                "the receipt is for bundle \(bundle.isEmpty ? "(none)" : bundle), not \(configuration.bundleId)",
-                hint: "pass --bundle-id or set receipts.bundleId"
-            )
-        }
-        let environment = (object["environment"] as? String) ?? "Production"
-        guard configuration.environments.contains(environment) else {
-            throw ReceiptCheck.environment.failure(
-                "the receipt's environment \(environment) is not one of \(configuration.environments.sorted().joined(separator: ", "))",
-                hint: "pass --environment \(environment) to accept it"
-            )
-        }
-        let signedDate =
-            Self.date(receipt["request_date_ms"]) ?? Self.date(receipt["receipt_creation_date_ms"]) ?? Date()
-        var entries = (receipt["in_app"] as? [[String: Any]]) ?? []
-        entries += (object["latest_receipt_info"] as? [[String: Any]]) ?? []
-        var seen = Set<String>()
-        var result: [VerifiedTransaction] = []
-        for entry in entries {
-            guard let transactionId = Self.string(entry["transaction_id"]),
-                let productId = Self.string(entry["product_id"]),
-                let purchaseDate = Self.date(entry["purchase_date_ms"])
-            else {
-                throw CourierError(
-                    .network,
-                    "the verifyReceipt answer has an in-app entry without ids or dates",
-                    cause: "malformed response"
-                )
-            }
-            guard seen.insert(transactionId).inserted else { continue }
-            let expires = Self.date(entry["expires_date_ms"])
-            let isSubscription = expires != nil || entry["web_order_line_item_id"] != nil
-            result.append(
-                VerifiedTransaction(
-                    transactionId: transactionId,
-                    originalTransactionId: Self.string(entry["original_transaction_id"]) ?? transactionId,
-                    productId: productId,
-                    bundleId: bundle,
-                    type: isSubscription ? .autoRenewable : .nonConsumable,
-                    purchaseDate: purchaseDate,
-                    expiresDate: expires,
-                    revocationDate: Self.date(entry["cancellation_date_ms"]),
-                    environment: environment,
-                    signedDate: signedDate
-                )
-            )
-        }
-        return result
-    }
-
-    static func string(_ value: Any?) -> String? {
-        switch value {
-        case let text as String where !text.isEmpty: return text
-        case let number as NSNumber: return String(number.int64Value)
-        default: return nil
-        }
-    }
-
-    static func date(_ value: Any?) -> Date? {
-        switch value {
-        case let text as String: return Double(text).map { Date(timeIntervalSince1970: $0 / 1000) }
-        case let number as NSNumber: return Date(timeIntervalSince1970: number.doubleValue / 1000)
-        default: return nil
         }
     }
 }

@@ -12,7 +12,7 @@ public enum ReceiptCheck: String, Sendable, CaseIterable, Codable {
     /// An `x5c` certificate cannot be read, or is not valid at the transaction's `signedDate`.
     case certificate
     /// The certificates do not form leaf → intermediate → trusted root (`x5c` must hold exactly
-    /// three, and the root must be one of the configured trusted roots).
+    /// three entries; the chain ends at one of the configured roots, `x5c[2]` is not read).
     case chain
     /// The leaf lacks 1.2.840.113635.100.6.11.1 or the intermediate 1.2.840.113635.100.6.2.1.
     case oid = "OID"

@@ -6,7 +6,7 @@ import Foundation
 /// The `receipts` section of the file looks like:
 /// ```json
 /// "receipts": { "trustRoots": ["AppleRootCA-G3.cer"], "bundleId": "com.example.app",
-///               "environments": ["Production", "Sandbox"], "clockSkew": 300,
+///               "environments": ["Production"], "clockSkew": 300,
 ///               "verifyReceipt": { "productionURL": "https://buy.itunes.apple.com/verifyReceipt",
 ///                                  "sandboxURL": "https://sandbox.itunes.apple.com/verifyReceipt",
 ///                                  "excludeOldTransactions": false, "retries": 3 } }
@@ -20,8 +20,10 @@ public struct ReceiptConfiguration: Sendable, Codable, Equatable {
     /// The app's bundle identifier; a transaction for another bundle is refused.
     /// Default `com.example.app` (the sandbox store's default too).
     public var bundleId: String
-    /// The App Store environments accepted (`Production`, `Sandbox`). Default both, as App
-    /// Review buys with sandbox accounts against production builds.
+    /// The App Store environments accepted (`Production`, `Sandbox`). Default `Production`
+    /// only: sandbox purchases are free (TestFlight, sandbox accounts), so accepting them for
+    /// paid content must be asked for, in the configuration or with `--environment Sandbox`
+    /// (an origin that App Review buys from lists both).
     public var environments: Set<String>
     /// Seconds a transaction's `signedDate` may lie in the future (clocks differ). Default 300.
     public var clockSkew: TimeInterval
@@ -105,7 +107,7 @@ public struct ReceiptConfiguration: Sendable, Codable, Equatable {
     public init(
         trustRoots: [String] = [],
         bundleId: String = "com.example.app",
-        environments: Set<String> = ["Production", "Sandbox"],
+        environments: Set<String> = ["Production"],
         clockSkew: TimeInterval = 300,
         verifyReceipt: VerifyReceipt = .init()
     ) {

@@ -41,8 +41,9 @@ public struct ReceiptValidator: Sendable {
     /// A receipt file's contents: one or more JWS signed transactions (one per line, or a JSON
     /// array of them, or an App Store Server API answer with `signedTransactions` /
     /// `signedTransactionInfo`), or a legacy receipt (base64) that goes to the verifyReceipt
-    /// service. Every JWS must pass every check; the transactions come back deduplicated by
-    /// transactionId, in input order. Revoked (refunded, cancelled) transactions come back with
+    /// service. Every JWS must pass every check; the transactions come back one per
+    /// transactionId (of several copies, a revoked one wins, else the latest `signedDate`:
+    /// `VerifiedTransaction.latestCopies`), in input order. Revoked (refunded, cancelled) transactions come back with
     /// their `revocationDate` and entitle to nothing, unless every transaction is revoked: then
     /// the receipt proves nothing and fails the `revoked` check.
     public func validate(_ contents: Data, now: Date = Date()) async throws -> [VerifiedTransaction] {
@@ -112,20 +113,21 @@ public struct ReceiptValidator: Sendable {
                 submit()
             }
         }
-        var seen = Set<String>()
-        var result: [VerifiedTransaction] = []
+        var verified: [VerifiedTransaction] = []
         for (index, outcome) in outcomes.enumerated() {
             do {
                 guard let outcome else { throw CancellationError() }
                 let transaction = try outcome.get()
                 logger.debug("receipt: verified", metadata: ["transaction-id": "\(transaction.transactionId)"])
-                if seen.insert(transaction.transactionId).inserted { result.append(transaction) }
+                verified.append(transaction)
             } catch var error as CourierError {
                 if tokens.count > 1 { error.message += " (transaction \(index + 1) of \(tokens.count))" }
                 throw error
             }
         }
-        return result
+        // Two signed copies of one transaction (a purchase and its refund): the refund wins,
+        // else the newer statement, whatever their order in the file.
+        return VerifiedTransaction.latestCopies(verified)
     }
 
     /// Reads a receipt file (refusing one larger than `maximumReceiptBytes` without reading it

@@ -9,12 +9,14 @@ import SwiftASN1
 /// In order, each failure naming its `ReceiptCheck`:
 /// 1. `format`: a compact JWS, `alg` ES256, an `x5c` array, a payload with the App Store fields.
 /// 2. `chain`: `x5c` holds exactly three certificates (leaf, intermediate, root).
-/// 3. `certificate`: each is DER X.509, the leaf has a P-256 key, and leaf and intermediate are
+/// 3. `certificate`: leaf and intermediate are DER X.509, the leaf has a P-256 key, and both are
 ///    valid at the transaction's `signedDate` (receipts outlive their leaf certificates).
 /// 4. `OID`: the leaf carries 1.2.840.113635.100.6.11.1, the intermediate 1.2.840.113635.100.6.2.1.
 /// 5. `chain`: leaf → intermediate → one of `trustedRoots` verifies with swift-certificates
-///    (RFC 5280 at `signedDate`), and the token's third certificate is that trusted root. A root
-///    inside the token is never trusted by itself.
+///    (RFC 5280 at `signedDate`). As in Apple's libraries, the token's third certificate is not
+///    read: the chain ends at a configured root (a reissued root with the same name and key, as
+///    Apple's own test tokens carry, is no reason to refuse), and a root inside the token is
+///    never trusted by itself.
 /// 6. `signature`: the ES256 signature (raw r‖s) verifies with the leaf's key.
 /// 7. `bundle`, `environment`, `future-dated` (`signedDate` beyond `now + clockSkew`), and in
 ///    `verify`, `revoked` (`verifyAllowingRevocation` returns it with its `revocationDate`).
@@ -63,17 +65,7 @@ public struct SignedTransactionVerifier: Sendable {
     /// Checks signature and chain, then returns the payload without the claim checks
     /// (bundle, environment, dates, revocation).
     func verifiedPayload(_ compactJWS: String) async throws -> SignedTransactionPayload {
-        let jws = try CompactJWS(compactJWS)
-        guard let algorithm = jws.algorithm else {
-            throw ReceiptCheck.format.failure("the header has no alg")
-        }
-        guard algorithm == "ES256" else {
-            throw ReceiptCheck.format.failure("the header's alg is \(algorithm); only ES256 is accepted")
-        }
-        guard let encodedChain = jws.certificateChain else {
-            throw ReceiptCheck.format.failure("the header has no x5c certificate chain")
-        }
-        let payload = try SignedTransactionPayload(json: jws.payload)
+        let (jws, encodedChain, payload) = try Self.decodeFormat(compactJWS)
         guard encodedChain.count == 3 else {
             throw ReceiptCheck.chain.failure(
                 "x5c holds \(encodedChain.count) certificates; the App Store's format has exactly 3 (leaf, intermediate, root)"
@@ -92,17 +84,48 @@ public struct SignedTransactionVerifier: Sendable {
         return payload
     }
 
+    /// Decodes a signed transaction from the raw bytes of its token without verifying it: the
+    /// `format` checks only (three base64url parts, JSON header and payload, `alg` ES256, an
+    /// `x5c` array, the payload's App Store fields). Pure (no I/O, no clock): the fuzz entry for
+    /// the token and payload decoders. Bytes that are not UTF-8 fail the `format` check.
+    package static func decodeUnverified(_ token: Data) throws -> (jws: CompactJWS, payload: SignedTransactionPayload) {
+        guard let text = String(data: token, encoding: .utf8) else {
+            throw ReceiptCheck.format.failure("the token is not UTF-8 text")
+        }
+        let (jws, _, payload) = try decodeFormat(text)
+        return (jws, payload)
+    }
+
+    /// The `format` checks: the token taken apart, its `x5c` entries and its payload.
+    static func decodeFormat(
+        _ compactJWS: String
+    ) throws -> (jws: CompactJWS, chain: [String], payload: SignedTransactionPayload) {
+        let jws = try CompactJWS(compactJWS)
+        guard let algorithm = jws.algorithm else {
+            throw ReceiptCheck.format.failure("the header has no alg")
+        }
+        guard algorithm == "ES256" else {
+            throw ReceiptCheck.format.failure("the header's alg is \(algorithm); only ES256 is accepted")
+        }
+        guard let encodedChain = jws.certificateChain else {
+            throw ReceiptCheck.format.failure("the header has no x5c certificate chain")
+        }
+        return (jws, encodedChain, try SignedTransactionPayload(json: jws.payload))
+    }
+
     /// The leaf's key once the chain checks pass at `signedDate` (`certificate`, `OID`,
     /// `chain`). A chain verified before is not verified again while `signedDate` lies inside
     /// the validity of all three certificates, the only time-dependent part of the checks.
     func verifiedLeafKey(_ encodedChain: [String], at signedDate: Date) async throws -> P256.Signing.PublicKey {
-        let cacheKey = encodedChain.joined(separator: ".")
+        // x5c[2] is not read, as Apple's libraries do not read it: the chain is built from the
+        // leaf and intermediate up to a configured root, which alone is trusted.
+        let cacheKey = encodedChain.prefix(2).joined(separator: ".")
         if let cached = chainCache.entry(cacheKey), cached.validity.contains(signedDate),
             let key = try? P256.Signing.PublicKey(x963Representation: cached.leafKey)
         {
             return key
         }
-        let certificates = try encodedChain.enumerated().map { index, text -> Certificate in
+        let certificates = try encodedChain.prefix(2).enumerated().map { index, text -> Certificate in
             let role = Self.roles[index]
             guard let der = Data(base64Encoded: text) else {
                 throw ReceiptCheck.certificate.failure("the \(role) certificate in x5c is not base64")
@@ -151,20 +174,25 @@ public struct SignedTransactionVerifier: Sendable {
             AppStoreChainPolicy()
         }
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
+        let chain: [Certificate]
         switch result {
-        case .validCertificate(let chain):
-            guard let root = chain.last, chain.count == 3, root == certificates[2] else {
-                throw ReceiptCheck.chain.failure(
-                    "the token's root certificate is not the trusted root its chain leads to"
-                )
+        case .validCertificate(let validated):
+            guard validated.count == 3, validated[0] == leaf, validated[1] == intermediate,
+                trustedRoots.contains(validated[2])
+            else {
+                throw ReceiptCheck.chain.failure("the chain is not leaf, intermediate and a trusted root")
             }
+            chain = Array(validated)
         case .couldNotValidate(let failures):
             let reasons = failures.map { "\($0.policyFailureReason)" }
             let detail = reasons.isEmpty ? "the chain does not lead to a trusted root" : reasons.joined(separator: "; ")
-            throw ReceiptCheck.chain.failure(detail, hint: "check that the token's root is among the trusted roots")
+            throw ReceiptCheck.chain.failure(
+                detail,
+                hint: "check that the intermediate is issued by one of the trusted roots"
+            )
         }
-        let validity = certificates.map(\.notValidBefore).max().map { start in
-            start...max(start, certificates.map(\.notValidAfter).min() ?? start)
+        let validity = chain.map(\.notValidBefore).max().map { start in
+            start...max(start, chain.map(\.notValidAfter).min() ?? start)
         }
         if let validity { chainCache.store(cacheKey, .init(leafKey: leafKey.x963Representation, validity: validity)) }
         return leafKey

@@ -47,3 +47,46 @@ public struct VerifiedTransaction: Sendable, Codable, Equatable, Hashable {
         self.signedTransaction = signedTransaction
     }
 }
+
+extension VerifiedTransaction {
+    /// Whether this copy of a transaction takes precedence over `other`, another copy of the same
+    /// transactionId (a receipt may hold both a purchase and, signed later, its refund).
+    ///
+    /// A revoked copy wins over an unrevoked one (a refund is never hidden by an older copy);
+    /// then the later `signedDate` (the App Store's newer statement); then, between revoked
+    /// copies, the earlier `revocationDate`. Remaining ties are broken on the copies' contents,
+    /// so the choice never depends on the order the copies were read in.
+    public func supersedes(_ other: VerifiedTransaction) -> Bool {
+        if (revocationDate != nil) != (other.revocationDate != nil) { return revocationDate != nil }
+        if signedDate != other.signedDate { return signedDate > other.signedDate }
+        if let mine = revocationDate, let theirs = other.revocationDate, mine != theirs { return mine < theirs }
+        return tieBreakKey.lexicographicallyPrecedes(other.tieBreakKey)
+    }
+
+    /// One copy per transactionId, the one that supersedes the others (`supersedes(_:)`), in the
+    /// order each transactionId first appears. The same copies in any order give the same set.
+    public static func latestCopies(_ transactions: [VerifiedTransaction]) -> [VerifiedTransaction] {
+        var chosen: [String: VerifiedTransaction] = [:]
+        var order: [String] = []
+        for transaction in transactions {
+            if let current = chosen[transaction.transactionId] {
+                if transaction.supersedes(current) { chosen[transaction.transactionId] = transaction }
+            } else {
+                chosen[transaction.transactionId] = transaction
+                order.append(transaction.transactionId)
+            }
+        }
+        return order.compactMap { chosen[$0] }
+    }
+
+    /// Every other field, as text, for a total order between copies that tie on the rule.
+    private var tieBreakKey: [String] {
+        func milliseconds(_ date: Date?) -> String {
+            date.map { String(format: "%020.0f", $0.timeIntervalSince1970 * 1000 + 1e15) } ?? ""
+        }
+        return [
+            milliseconds(expiresDate), milliseconds(purchaseDate), productId, originalTransactionId, bundleId,
+            type.rawValue, environment, signedTransaction ?? "",
+        ]
+    }
+}

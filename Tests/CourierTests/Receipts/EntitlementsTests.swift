@@ -192,4 +192,45 @@ struct EntitlementsTests {
             Entitlements.content(for: [cancelledSubscription], catalog: Self.magazine, now: day("2026-09-01")).isEmpty
         )
     }
+
+    @Test("a refund is not hidden by an older copy of its purchase, in any order")
+    func refundWinsOverOlderCopy() {
+        let catalog = Catalog(
+            bundleId: "com.example.app",
+            products: [
+                Catalog.Product(productId: "pack1", content: Self.content("pack1")),
+                Catalog.Product(productId: "pack2", content: Self.content("pack2")),
+            ]
+        )
+        let purchase = Self.transaction("a", product: "pack1", type: .nonConsumable, from: day("2026-01-10"))
+        var refund = Self.transaction(
+            "a", product: "pack1", type: .nonConsumable, from: day("2026-01-10"), revoked: day("2026-01-12"))
+        refund.signedDate = day("2026-01-12")
+        let other = Self.transaction("b", product: "pack2", type: .nonConsumable, from: day("2026-01-11"))
+        for transactions in [[purchase, refund, other], [refund, purchase, other], [other, refund, purchase]] {
+            let entitled = Entitlements.content(for: transactions, catalog: catalog, now: day("2026-02-01"))
+            #expect(entitled.map(\.contentIdentifier) == ["pack2"])
+        }
+        // An older revoked copy still wins over a newer unrevoked one: a revocation is final.
+        var staleRefund = refund
+        staleRefund.signedDate = day("2026-01-09")
+        for transactions in [[purchase, staleRefund], [staleRefund, purchase]] {
+            #expect(Entitlements.content(for: transactions, catalog: catalog, now: day("2026-02-01")).isEmpty)
+        }
+    }
+
+    @Test("the same content bought twice at the same time is credited to one transaction whatever the order")
+    func orderIndependentTies() {
+        let catalog = Catalog(
+            bundleId: "com.example.app",
+            products: [Catalog.Product(productId: "pack1", content: Self.content("pack1"))]
+        )
+        let start = day("2026-01-10")
+        let x = Self.transaction("x", product: "pack1", type: .nonConsumable, from: start)
+        let y = Self.transaction("y", product: "pack1", type: .nonConsumable, from: start)
+        let forward = Entitlements.content(for: [x, y], catalog: catalog, now: day("2026-02-01"))
+        let backward = Entitlements.content(for: [y, x], catalog: catalog, now: day("2026-02-01"))
+        #expect(forward == backward)
+        #expect(forward.first?.transactionId == "x")
+    }
 }

@@ -11,9 +11,10 @@ struct LegacyReceiptClientTests {
     func client(
         _ stub: VerifyReceiptStub,
         retries: Int = 3,
+        environments: Set<String> = ["Production", "Sandbox"],
         logger: Logger = Logger(label: "test")
     ) throws -> LegacyReceiptClient {
-        var configuration = ReceiptConfiguration()
+        var configuration = ReceiptConfiguration(environments: environments)
         configuration.verifyReceipt = .init(
             productionURL: stub.productionURL.absoluteString,
             sandboxURL: stub.sandboxURL.absoluteString,
@@ -225,7 +226,7 @@ struct LegacyReceiptClientTests {
         defer { stub.stop() }
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
-        var configuration = ReceiptConfiguration()
+        var configuration = ReceiptConfiguration(environments: ["Sandbox"])
         configuration.verifyReceipt.productionURL = stub.productionURL.absoluteString
         configuration.verifyReceipt.sandboxURL = stub.sandboxURL.absoluteString
         let validator = try ReceiptValidator(
@@ -242,6 +243,81 @@ struct LegacyReceiptClientTests {
 }
 
 extension LegacyReceiptClientTests {
+    @Test("an answer without environment takes the environment of the endpoint that answered")
+    func environmentFromEndpoint() async throws {
+        // Production says 21007; the sandbox answers status 0 without an `environment` key.
+        let silent = try VerifyReceiptStub { service, _ in
+            service == "production"
+                ? VerifyReceiptStub.status(21007) : VerifyReceiptStub.valid(environment: nil, inApp: [Self.purchase])
+        }
+        defer { silent.stop() }
+        let both = try await client(silent).verify(receiptData: "UkVDRUlQVA==")
+        #expect(both.map(\.environment) == ["Sandbox"])
+        let refused = await courierError {
+            _ = try await client(silent, environments: ["Production"]).verify(receiptData: "UkVDRUlQVA==")
+        }
+        #expect(refused.flatMap(ReceiptCheck.init(failing:)) == .environment)
+        #expect(refused?.message.contains("sandbox service") == true)
+
+        // The sandbox endpoint cannot vouch for a production purchase, whatever it says.
+        let claiming = try VerifyReceiptStub { service, _ in
+            service == "production"
+                ? VerifyReceiptStub.status(21007)
+                : VerifyReceiptStub.valid(environment: "Production", inApp: [Self.purchase])
+        }
+        defer { claiming.stop() }
+        let claimed = await courierError {
+            _ = try await client(claiming, environments: ["Production"]).verify(receiptData: "UkVDRUlQVA==")
+        }
+        #expect(claimed.flatMap(ReceiptCheck.init(failing:)) == .environment)
+
+        // Production answering without `environment` is Production.
+        let production = try VerifyReceiptStub { _, _ in VerifyReceiptStub.valid(environment: nil, inApp: [Self.purchase]) }
+        defer { production.stop() }
+        let live = try await client(production, environments: ["Production"]).verify(receiptData: "UkVDRUlQVA==")
+        #expect(live.map(\.environment) == ["Production"])
+    }
+
+    @Test("a cancellation in latest_receipt_info is not hidden by the uncancelled in_app copy")
+    func cancelledCopyWins() async throws {
+        let cancelled = VerifyReceiptStub.inApp(
+            productId: "com.example.levels.pack1",
+            transactionId: "1000000001",
+            purchaseDate: Date(timeIntervalSince1970: 1_770_000_000),
+            cancellationDate: Date(timeIntervalSince1970: 1_770_100_000)
+        )
+        let live = VerifyReceiptStub.inApp(
+            productId: "com.example.levels.pack2",
+            transactionId: "1000000002",
+            purchaseDate: Date(timeIntervalSince1970: 1_770_000_000)
+        )
+        for (inApp, latest) in [([Self.purchase, live], [cancelled, live]), ([cancelled, live], [Self.purchase, live])] {
+            let stub = try VerifyReceiptStub { _, _ in
+                VerifyReceiptStub.valid(environment: "Production", inApp: inApp, latestReceiptInfo: latest)
+            }
+            defer { stub.stop() }
+            let transactions = try await client(stub).verify(receiptData: "UkVDRUlQVA==")
+            #expect(transactions.map(\.transactionId) == ["1000000001", "1000000002"])
+            #expect(transactions.first?.revocationDate == Date(timeIntervalSince1970: 1_770_100_000))
+            #expect(transactions.last?.revocationDate == nil)
+        }
+    }
+
+    @Test("the response decoder is a pure function on the body's bytes")
+    func responseDecoder() throws {
+        #expect(VerifyReceiptResponse(body: Data("{\"status\": 0, \"receipt\": ".utf8)) == nil)
+        #expect(VerifyReceiptResponse(body: Data("{\"status\": \"0\"}".utf8)) == nil)
+        #expect(VerifyReceiptResponse(body: Data("{\"status\": 1e300}".utf8)) == nil)
+        let retry = try #require(VerifyReceiptResponse(body: Data(#"{"status": 21150, "is_retryable": 1}"#.utf8)))
+        #expect(retry.status == 21150 && retry.isRetryable)
+        let body = #"{"status": 0, "receipt": {"bundle_id": "com.example.app", "in_app": [7, {"transaction_id": 5, "product_id": "p", "purchase_date_ms": "1770000000000"}]}}"#
+        let response = try #require(VerifyReceiptResponse(body: Data(body.utf8)))
+        let transactions = try response.transactions(
+            answeredBy: .production, bundleId: "com.example.app", environments: ["Production"])
+        #expect(transactions.map(\.transactionId) == ["5"])
+        #expect(transactions.first?.environment == "Production")
+    }
+
     @Test("a legacy receipt whose every purchase was cancelled fails the revoked check")
     func allCancelled() async throws {
         let cancelled = VerifyReceiptStub.inApp(
@@ -254,7 +330,7 @@ extension LegacyReceiptClientTests {
         defer { stub.stop() }
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
-        var configuration = ReceiptConfiguration()
+        var configuration = ReceiptConfiguration(environments: ["Sandbox"])
         configuration.verifyReceipt.productionURL = stub.productionURL.absoluteString
         let validator = try ReceiptValidator(
             configuration: configuration,

@@ -45,13 +45,15 @@ struct ReceiptCLITests {
         let token = try workspace.purchase(["com.example.levels.pack1", "--transaction-id", "2000000000000042"])
         let file = try workspace.write(token + "\n", "purchase.jws")
 
-        let text = try workspace.run(["receipt", "verify", file, "--trust-root", workspace.root])
+        let text = try workspace.run(["receipt", "verify", file, "--trust-root", workspace.root, "--environment", "Sandbox"])
         #expect(text.status == 0, "\(text.stderr)")
         #expect(text.stdout.contains("com.example.levels.pack1"))
         #expect(text.stdout.contains("2000000000000042"))
         #expect(text.stdout.contains("Non-Consumable"))
 
-        let json = try workspace.run(["receipt", "verify", file, "--trust-root", workspace.root, "--json"])
+        let json = try workspace.run([
+            "receipt", "verify", file, "--trust-root", workspace.root, "--environment", "sandbox", "--json",
+        ])
         #expect(json.status == 0)
         let transactions = json.events.first?["transactions"] as? [[String: Any]]
         #expect(transactions?.count == 1)
@@ -61,6 +63,17 @@ struct ReceiptCLITests {
         #expect(transactions?.first?["environment"] as? String == "Sandbox")
         #expect(transactions?.first?["type"] as? String == "Non-Consumable")
         #expect(transactions?.first?["purchaseDate"] is String)
+
+        // Sandbox purchases are free: accepted only when asked for (flag or configuration).
+        let byDefault = try workspace.run(["receipt", "verify", file, "--trust-root", workspace.root, "--json"])
+        #expect(byDefault.status == 3)
+        #expect(byDefault.events.first?["check"] as? String == "environment")
+        #expect((byDefault.events.first?["hint"] as? String)?.contains("--environment Sandbox") == true)
+        let config = try workspace.write(#"{"receipts": {"environments": ["Production", "Sandbox"]}}"#, "courier.json")
+        let configured = try workspace.run([
+            "receipt", "verify", file, "--trust-root", workspace.root, "--config", config,
+        ])
+        #expect(configured.status == 0, "\(configured.stderr)")
     }
 
     @Test("refusals exit 3 and name the failing check")
@@ -103,7 +116,9 @@ struct ReceiptCLITests {
             try workspace.purchase(["com.example.levels.pack1", "--revoked=-1h"]),
             "revoked.jws"
         )
-        let revokedRun = try workspace.run(["receipt", "verify", revoked, "--trust-root", workspace.root])
+        let revokedRun = try workspace.run([
+            "receipt", "verify", revoked, "--trust-root", workspace.root, "--environment", "Sandbox",
+        ])
         #expect(revokedRun.status == 3)
         #expect(revokedRun.stderr.contains("revoked check failed"))
 
@@ -131,7 +146,10 @@ struct ReceiptCLITests {
             try chain.token(TestSigningChain.payload(productId: "b", transactionId: "2", environment: "Production")),
         ]
         let file = try workspace.write(lines.joined(separator: "\n"), "two.jws")
-        let result = try workspace.run(["receipt", "verify", file, "--trust-root", root.path, "--json"])
+        let result = try workspace.run([
+            "receipt", "verify", file, "--trust-root", root.path, "--environment", "Sandbox", "--environment",
+            "Production", "--json",
+        ])
         #expect(result.status == 0, "\(result.stderr)")
         let products = (result.events.first?["transactions"] as? [[String: Any]])?.compactMap {
             $0["productId"] as? String
@@ -174,7 +192,7 @@ struct ReceiptCLITests {
         )
         let result = try workspace.run([
             "receipt", "entitlements", pack, magazine, "--catalog", catalogFile, "--trust-root", workspace.root,
-            "--json",
+            "--environment", "Sandbox", "--json",
         ])
         #expect(result.status == 0, "\(result.stderr)")
         let content = result.events.first?["content"] as? [[String: Any]] ?? []
@@ -187,6 +205,7 @@ struct ReceiptCLITests {
         let nothing = try workspace.write(try workspace.purchase(["com.example.unknown"]), "nothing.jws")
         let none = try workspace.run([
             "receipt", "entitlements", nothing, "--catalog", catalogFile, "--trust-root", workspace.root,
+            "--environment", "Sandbox",
         ])
         #expect(none.status == 3)
     }
@@ -216,7 +235,9 @@ struct ReceiptCLITests {
             "courier.json"
         )
         let receipt = try workspace.write(Data("legacy receipt bytes".utf8).base64EncodedString(), "legacy.receipt")
-        let result = try workspace.run(["receipt", "verify", receipt, "--config", config, "--json"])
+        let result = try workspace.run([
+            "receipt", "verify", receipt, "--config", config, "--environment", "Sandbox", "--json",
+        ])
         #expect(result.status == 0, "\(result.stderr)")
         let transactions = result.events.first?["transactions"] as? [[String: Any]]
         #expect(transactions?.first?["transactionId"] as? String == "1000000077")
@@ -243,6 +264,7 @@ struct ReceiptCLITests {
         let again = try workspace.run(["sandbox", "init", "--dir", workspace.sandbox.path])
         #expect(again.status == 0)
         #expect(again.stdout.contains("kept"))
+        #expect(again.stdout.contains("--environment Sandbox"))
         #expect(try Data(contentsOf: workspace.sandbox.appendingPathComponent("root.der")) == before)
 
         let missing = try workspace.run([

@@ -103,16 +103,50 @@ struct SignedTransactionVerifierTests {
     func rootInTokenNotTrusted() async throws {
         let trusted = try TestSigningChain()
         let attacker = try TestSigningChain()  // same root name, another key
-        // The trusted chain's leaf and intermediate with another root in third place.
-        let token = try trusted.token(
-            TestSigningChain.payload(),
-            chain: [trusted.leaf, trusted.intermediate, attacker.root]
+        // The attacker's whole chain, its root in third place: the chain leads to no trusted root.
+        #expect(
+            await rejectedCheck(try attacker.token(TestSigningChain.payload()), by: makeVerifier(trusting: [trusted]))
+                == .chain
         )
-        #expect(await rejectedCheck(token, by: makeVerifier(trusting: [trusted])) == .chain)
+        // The attacker's intermediate (under its own root) with the trusted root in third place.
+        let mixed = try attacker.token(
+            TestSigningChain.payload(),
+            chain: [attacker.leaf, attacker.intermediate, trusted.root]
+        )
+        #expect(await rejectedCheck(mixed, by: makeVerifier(trusting: [trusted])) == .chain)
         // No trusted roots at all.
         #expect(
             await rejectedCheck(try trusted.token(TestSigningChain.payload()), by: makeVerifier(trusting: [])) == .chain
         )
+    }
+
+    @Test("x5c[2] is not read, as Apple's verifiers: a reissued root, another root or garbage in third place")
+    func thirdCertificateNotRead() async throws {
+        let trusted = try TestSigningChain()
+        let other = try TestSigningChain()
+        let verifier = makeVerifier(trusting: [trusted])
+        // Apple's own test tokens carry a reissue of the test root (same name and key).
+        let reissued = try trusted.token(
+            TestSigningChain.payload(transactionId: "1"),
+            chain: [trusted.leaf, trusted.intermediate, try trusted.reissuedRoot()]
+        )
+        #expect(try await verifier.verify(reissued).transactionId == "1")
+        let otherRoot = try trusted.token(
+            TestSigningChain.payload(transactionId: "2"),
+            chain: [trusted.leaf, trusted.intermediate, other.root]
+        )
+        #expect(try await verifier.verify(otherRoot).transactionId == "2")
+        let leafAndIntermediate = try [trusted.leaf, trusted.intermediate].map {
+            try TestSigningChain.der($0).base64EncodedString()
+        }
+        let garbage = try trusted.token(TestSigningChain.payload(transactionId: "3"), x5c: leafAndIntermediate + ["%%"])
+        #expect(try await verifier.verify(garbage).transactionId == "3")
+        // Still three entries, and leaf and intermediate must be certificates.
+        let twoEntries = try trusted.token(TestSigningChain.payload(), x5c: leafAndIntermediate)
+        #expect(await rejectedCheck(twoEntries, by: verifier) == .chain)
+        let badIntermediate = try trusted.token(
+            TestSigningChain.payload(), x5c: [leafAndIntermediate[0], "AAAA", leafAndIntermediate[1]])
+        #expect(await rejectedCheck(badIntermediate, by: verifier) == .certificate)
     }
 
     @Test("a leaf without the receipt-signing OID fails the OID check")
@@ -268,10 +302,14 @@ struct SignedTransactionVerifierTests {
 
 @Suite("ReceiptValidator: files of signed transactions")
 struct ReceiptValidatorFileTests {
-    func validator(_ chain: TestSigningChain, folder: TemporaryDirectory) throws -> ReceiptValidator {
+    func validator(
+        _ chain: TestSigningChain,
+        folder: TemporaryDirectory,
+        environments: Set<String> = ["Sandbox"]
+    ) throws -> ReceiptValidator {
         try chain.writeRoot(to: folder.appending("root.pem"))
         return try ReceiptValidator(
-            configuration: ReceiptConfiguration(trustRoots: ["root.pem"]),
+            configuration: ReceiptConfiguration(trustRoots: ["root.pem"], environments: environments),
             baseDirectory: folder.url,
             transport: try CurlHTTPTransport(),
             logger: Logger(label: "test")
@@ -309,6 +347,82 @@ struct ReceiptValidatorFileTests {
         let error = await courierError { _ = try await validator.validate(Data("\(b)\n\(tampered)".utf8)) }
         #expect(error.flatMap(ReceiptCheck.init(failing:)) == .signature)
         #expect(error?.message.contains("transaction 2 of 2") == true)
+    }
+
+    @Test("a purchase and its refund in one file: the refund wins in either order")
+    func refundNotHiddenByOlderCopy() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let chain = try TestSigningChain()
+        let validator = try validator(chain, folder: folder)
+        let now = Date()
+        let purchase = try chain.token(
+            TestSigningChain.payload(productId: "a", transactionId: "7", signedDate: now.addingTimeInterval(-3600)))
+        let refund = try chain.token(
+            TestSigningChain.payload(
+                productId: "a", transactionId: "7", revocationDate: now.addingTimeInterval(-120),
+                signedDate: now.addingTimeInterval(-60)))
+        let other = try chain.token(TestSigningChain.payload(productId: "b", transactionId: "8"))
+        for lines in [[purchase, refund], [refund, purchase]] {
+            let error = await courierError { _ = try await validator.validate(Data(lines.joined(separator: "\n").utf8)) }
+            #expect(error.flatMap(ReceiptCheck.init(failing:)) == .revoked)
+        }
+        for lines in [[purchase, refund, other], [refund, other, purchase], [other, purchase, refund]] {
+            let transactions = try await validator.validate(Data(lines.joined(separator: "\n").utf8))
+            #expect(Set(transactions.map(\.transactionId)) == ["7", "8"])
+            #expect(transactions.first { $0.transactionId == "7" }?.revocationDate != nil)
+            #expect(transactions.first { $0.transactionId == "8" }?.revocationDate == nil)
+        }
+        // Unrevoked copies: the later signedDate is the App Store's newer statement.
+        let renewedLater = try chain.token(
+            TestSigningChain.payload(
+                productId: "a", transactionId: "7", type: "Auto-Renewable Subscription",
+                expiresDate: now.addingTimeInterval(86_400), signedDate: now.addingTimeInterval(-30)))
+        let renewedEarlier = try chain.token(
+            TestSigningChain.payload(
+                productId: "a", transactionId: "7", type: "Auto-Renewable Subscription",
+                expiresDate: now.addingTimeInterval(-86_400), signedDate: now.addingTimeInterval(-90_000)))
+        for lines in [[renewedLater, renewedEarlier], [renewedEarlier, renewedLater]] {
+            let transactions = try await validator.validate(Data(lines.joined(separator: "\n").utf8))
+            #expect(transactions.count == 1)
+            #expect((transactions.first?.expiresDate ?? .distantPast) > now)
+        }
+    }
+
+    @Test("Sandbox is accepted only when asked for: the default is Production only")
+    func productionOnlyByDefault() async throws {
+        #expect(ReceiptConfiguration().environments == ["Production"])
+        #expect(try JSONDecoder().decode(ReceiptConfiguration.self, from: Data("{}".utf8)).environments == ["Production"])
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let chain = try TestSigningChain()
+        try chain.writeRoot(to: folder.appending("root.pem"))
+        let defaults = try ReceiptValidator(
+            configuration: ReceiptConfiguration(trustRoots: ["root.pem"]),
+            baseDirectory: folder.url,
+            transport: try CurlHTTPTransport(),
+            logger: Logger(label: "test")
+        )
+        let sandbox = try chain.token(TestSigningChain.payload(environment: "Sandbox"))
+        let error = await courierError { _ = try await defaults.validate(Data(sandbox.utf8)) }
+        #expect(error.flatMap(ReceiptCheck.init(failing:)) == .environment)
+        let production = try chain.token(TestSigningChain.payload(environment: "Production"))
+        #expect(try await defaults.validate(Data(production.utf8)).count == 1)
+        let configured = try validator(chain, folder: folder, environments: ["Production", "Sandbox"])
+        #expect(try await configured.validate(Data(sandbox.utf8)).count == 1)
+    }
+
+    @Test("the token decoder is a pure function on the token's bytes")
+    func decodeUnverified() async throws {
+        let chain = try TestSigningChain()
+        let token = try chain.token(TestSigningChain.payload(productId: "a", transactionId: "9"))
+        let decoded = try SignedTransactionVerifier.decodeUnverified(Data(token.utf8))
+        #expect(decoded.payload.transactionId == "9")
+        #expect(decoded.jws.certificateChain?.count == 3)
+        for garbage in [Data([0xff, 0xfe]), Data("a.b.c".utf8), Data()] {
+            let error = await courierError { _ = try SignedTransactionVerifier.decodeUnverified(garbage) }
+            #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format)
+        }
     }
 
     @Test("a missing trusted root file is a usage error; empty and binary files fail the format check")
