@@ -178,3 +178,55 @@ public enum PackageFixtures {
             open(out, "wb").write(bytes(data))
         """#
 }
+
+/// Zips whose numbers are built to overflow a reader's arithmetic (issue 10): each is refused,
+/// never trapped on.
+extension PackageFixtures {
+    /// Little-endian bytes of a zip built field by field.
+    struct Bytes {
+        var data: [UInt8] = []
+        mutating func u16(_ value: UInt16) { data += [UInt8(value & 0xFF), UInt8(value >> 8)] }
+        mutating func u32(_ value: UInt32) { u16(UInt16(value & 0xFFFF)); u16(UInt16(value >> 16)) }
+        mutating func u64(_ value: UInt64) { u32(UInt32(value & 0xFFFF_FFFF)); u32(UInt32(value >> 32)) }
+        mutating func bytes(_ value: [UInt8]) { data += value }
+    }
+
+    /// 106 bytes: 64 bytes of padding, a Zip64 end-of-central-directory locator whose record
+    /// offset is near 2^64 (`offset + 56` overflows), and an end record that defers to it.
+    public static func zip64LocatorOverflow() -> Data {
+        var b = Bytes()
+        b.bytes([UInt8](repeating: 0, count: 64))
+        b.u32(0x0706_4b50)  // Zip64 locator
+        b.u32(0)
+        b.u64(UInt64.max - 10)  // the Zip64 end record's offset
+        b.u32(1)
+        b.u32(0x0605_4b50)  // end of central directory
+        b.u16(0); b.u16(0); b.u16(0xFFFF); b.u16(0xFFFF)
+        b.u32(0xFFFF_FFFF); b.u32(0xFFFF_FFFF); b.u16(0)
+        return Data(b.data)
+    }
+
+    /// A well-formed Zip64 zip of one stored entry `a` whose Zip64 extra field declares a
+    /// compressed size of 2^64-1 (`30 + size` overflows) and an unpacked size of 0.
+    public static func zip64SizeOverflow() -> Data {
+        var b = Bytes()
+        // Local header at 0.
+        b.u32(0x0403_4b50); b.u16(45); b.u16(0); b.u16(0); b.u16(0); b.u16(0); b.u32(0)
+        b.u32(0xFFFF_FFFF); b.u32(0xFFFF_FFFF); b.u16(1); b.u16(0); b.bytes([0x61])
+        let directoryOffset = UInt64(b.data.count)
+        // Central directory record with a Zip64 extra field (uncompressed, compressed).
+        b.u32(0x0201_4b50); b.u16(3 << 8 | 45); b.u16(45); b.u16(0); b.u16(0); b.u16(0); b.u16(0); b.u32(0)
+        b.u32(0xFFFF_FFFF); b.u32(0xFFFF_FFFF); b.u16(1); b.u16(20); b.u16(0); b.u16(0); b.u16(0)
+        b.u32(0o100644 << 16); b.u32(0); b.bytes([0x61])
+        b.u16(0x0001); b.u16(16); b.u64(0); b.u64(UInt64.max)
+        let directorySize = UInt64(b.data.count) - directoryOffset
+        let zip64Record = UInt64(b.data.count)
+        // Zip64 end record, locator, end record.
+        b.u32(0x0606_4b50); b.u64(44); b.u16(45); b.u16(45); b.u32(0); b.u32(0)
+        b.u64(1); b.u64(1); b.u64(directorySize); b.u64(directoryOffset)
+        b.u32(0x0706_4b50); b.u32(0); b.u64(zip64Record); b.u32(1)
+        b.u32(0x0605_4b50); b.u16(0); b.u16(0); b.u16(0xFFFF); b.u16(0xFFFF)
+        b.u32(0xFFFF_FFFF); b.u32(0xFFFF_FFFF); b.u16(0)
+        return Data(b.data)
+    }
+}

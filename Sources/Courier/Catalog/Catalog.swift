@@ -97,6 +97,31 @@ public struct Catalog: Sendable, Codable, Equatable {
             self.placement = placement
             self.unpackedLength = unpackedLength
         }
+
+        /// The largest `length` and `unpackedLength` a catalog may give (1 PiB): sizes are added
+        /// to one another and to reserves, so a catalog cannot make that arithmetic overflow.
+        public static let maxLength: Int64 = 1 << 50
+
+        enum CodingKeys: String, CodingKey { case url, sha256, length, version, placement, unpackedLength }
+
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            url = try c.decode(String.self, forKey: .url)
+            sha256 = try c.decode(String.self, forKey: .sha256)
+            length = try c.decode(Int64.self, forKey: .length)
+            version = try c.decode(String.self, forKey: .version)
+            placement = try c.decode(Placement.self, forKey: .placement)
+            unpackedLength = try c.decodeIfPresent(Int64.self, forKey: .unpackedLength)
+            guard (0...Self.maxLength).contains(length) else {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .length, in: c, debugDescription: "length \(length) is not between 0 and \(Self.maxLength)")
+            }
+            if let unpackedLength, !(0...Self.maxLength).contains(unpackedLength) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .unpackedLength, in: c,
+                    debugDescription: "unpackedLength \(unpackedLength) is not between 0 and \(Self.maxLength)")
+            }
+        }
     }
 
     /// Where delivered content lives: `cache` (purgeable) or `documents` (kept, not backed up).

@@ -103,7 +103,8 @@ final class ArchiveReader {
     func readAll(limit: Int, name: String) throws -> Data {
         var data = Data()
         try readData { offset, bytes in
-            guard offset >= 0, Int(offset) + bytes.count <= limit else {
+            let (end, overflow) = Int(offset).addingReportingOverflow(bytes.count)
+            guard offset >= 0, !overflow, end <= limit else {
                 throw EntryRules.hostile("\(name) is larger than \(limit) bytes")
             }
             if Int(offset) > data.count { data.append(Data(count: Int(offset) - data.count)) }

@@ -36,8 +36,26 @@ public struct PackageExtractor: Sendable {
         expectedVersion: String?,
         verifiedSHA256: String? = nil
     ) throws -> PackageInfo {
-        let directory = try ZipDirectory.read(package, maxEntryCount: configuration.maxEntryCount)
-        try directory.check(configuration)
+        try extract(
+            package, into: staging, expectedProductId: expectedProductId, expectedVersion: expectedVersion,
+            verifiedSHA256: verifiedSHA256, preflight: nil
+        )
+    }
+
+    /// `extract`, reusing the `PackageInspector.preflight` the caller already ran on `package`
+    /// (nil: run it here). Every rule it applies, and the product and version, are checked
+    /// before `staging` is made.
+    func extract(
+        _ package: URL,
+        into staging: URL,
+        expectedProductId: String,
+        expectedVersion: String?,
+        verifiedSHA256: String?,
+        preflight: PackagePreflight?
+    ) throws -> PackageInfo {
+        let preflight = try preflight ?? PackageInspector.preflight(package, limits: configuration)
+        try preflight.info.check(expectedProductId: expectedProductId, expectedVersion: expectedVersion)
+        let directory = preflight.directory
         guard mkdir(staging.path, 0o755) == 0 else {
             if errno == EEXIST {
                 throw CourierError(.internal, "the staging folder \(staging.path) already exists")
@@ -58,7 +76,7 @@ public struct PackageExtractor: Sendable {
                 productId: outcome.info.productId,
                 version: outcome.info.version,
                 entryCount: outcome.entryCount,
-                packedSize: Int64(directory.fileSize),
+                packedSize: Int64(clamping: directory.fileSize),
                 unpackedSize: outcome.unpackedSize,
                 sha256: try hasher?.wait() ?? verifiedSHA256 ?? ""
             )
@@ -186,12 +204,13 @@ private final class Extraction {
     /// Copies the current entry's data into `fd`, bounded by its declared size and the total.
     private func stream(into fd: Int32, name: String, declaredSize: Int64?) throws {
         try reader.readData { offset, bytes in
-            let end = offset + Int64(bytes.count)
-            if let declaredSize, end > declaredSize {
-                throw EntryRules.hostile("the entry \(name.debugDescription) unpacks to more than its declared \(declaredSize) bytes")
+            let (end, endOverflow) = offset.addingReportingOverflow(Int64(bytes.count))
+            if offset < 0 || endOverflow || declaredSize.map({ end > $0 }) == true {
+                throw EntryRules.hostile("the entry \(name.debugDescription) unpacks to more than its declared \(declaredSize ?? 0) bytes")
             }
-            written += Int64(bytes.count)
-            guard written <= totalLimit else {
+            let (total, totalOverflow) = written.addingReportingOverflow(Int64(bytes.count))
+            written = total
+            guard !totalOverflow, written <= totalLimit else {
                 throw EntryRules.hostile("the package unpacks to more than its declared size or the limit of \(configuration.maxUnpackedSize) bytes")
             }
             var done = 0
@@ -207,6 +226,7 @@ private final class Extraction {
     }
 
     private func write(_ fd: Int32, data: Data, name: String) throws {
+        // At most packages.maxInfoPlistSize bytes: the sum cannot overflow.
         written += Int64(data.count)
         try data.withUnsafeBytes { bytes in
             var done = 0

@@ -27,13 +27,15 @@ public struct PackageInfo: Sendable, Codable, Equatable {
 }
 
 /// The two keys of a package's `ContentInfo.plist`.
-struct ContentInfo: Sendable, Equatable {
+package struct ContentInfo: Sendable, Equatable {
     static let fileName = "ContentInfo.plist"
-    var productId: String
-    var version: String
+    package var productId: String
+    package var version: String
 
     /// Parses an XML (or binary) property list holding `IAPProductIdentifier` and `ContentVersion`.
-    static func parse(_ data: Data) throws -> ContentInfo {
+    /// A pure function of the bytes (the fuzz target of the ContentInfo.plist reader): anything
+    /// else is `hostilePackage`.
+    package static func parse(_ data: Data) throws -> ContentInfo {
         let object: Any
         do {
             object = try PropertyListSerialization.propertyList(from: data, options: [], format: nil)

@@ -2,21 +2,27 @@ import Foundation
 
 /// Reads what a package is without extracting it: its ContentInfo.plist, entry count, sizes and
 /// SHA-256. Applies every rule that can be checked without unpacking (limits, names, types,
-/// modes, links), so a package that inspects cleanly only fails extraction on damaged data.
+/// modes, links, duplicates, overlaps), so a package that inspects cleanly only fails extraction
+/// on damaged data.
 public struct PackageInspector {
     /// Inspects `file`; a hostile package is `hostilePackage`, an unreadable one `integrity`.
     public static func inspect(_ file: URL, limits: PackageConfiguration) throws -> PackageInfo {
-        try read(file, limits: limits, hash: true)
+        let preflight = try preflight(file, limits: limits)
+        let sha256 = try PackageHasher.hash(file, blockSize: limits.blockSize).get()
+        return preflight.packageInfo(sha256: sha256)
     }
 
     /// The product and version `file`'s ContentInfo.plist names, after the same checks as
     /// `inspect` but without hashing the file.
     public static func contentInfo(of file: URL, limits: PackageConfiguration) throws -> (productId: String, version: String) {
-        let info = try read(file, limits: limits, hash: false)
+        let info = try preflight(file, limits: limits).info
         return (info.productId, info.version)
     }
 
-    private static func read(_ file: URL, limits: PackageConfiguration, hash: Bool) throws -> PackageInfo {
+    /// Every rule that needs no unpacking, in one pass over the central directory and one over
+    /// the entry headers (data skipped, only ContentInfo.plist read). Installs and extractions run
+    /// it before any space check, purge or byte written.
+    static func preflight(_ file: URL, limits: PackageConfiguration) throws -> PackagePreflight {
         let directory = try ZipDirectory.read(file, maxEntryCount: limits.maxEntryCount)
         try directory.check(limits)
         let reader = try ArchiveReader(url: file, blockSize: limits.blockSize)
@@ -24,8 +30,12 @@ public struct PackageInspector {
         var info: ContentInfo?
         var entryCount = 0
         var links: [[String]: String] = [:]
+        var tree = EntryTree()
         while let entry = try reader.next() {
             entryCount += 1
+            guard entryCount <= limits.maxEntryCount else {
+                throw EntryRules.hostile("the package holds more than \(limits.maxEntryCount) entries")
+            }
             guard let name = entry.name else { throw EntryRules.hostile("an entry name is not valid UTF-8") }
             let components = try EntryRules.components(of: name, maxDepth: limits.maxPathDepth)
             if entry.hardlinkTarget != nil {
@@ -33,10 +43,11 @@ public struct PackageInspector {
             }
             try EntryRules.checkMode(entry.mode, name: name, allowSymlink: true)
             let type = entry.mode & EntryRules.fileType
+            try tree.add(components, type: type, name: name)
             if type == EntryRules.symbolicLink {
                 links[components] = entry.symlinkTarget ?? ""
             }
-            if components == [ContentInfo.fileName] && type == EntryRules.regularFile {
+            if components == [ContentInfo.fileName] && (type == EntryRules.regularFile || type == 0) {
                 info = try ContentInfo.parse(reader.readAll(limit: limits.maxInfoPlistSize, name: ContentInfo.fileName))
             } else {
                 try reader.skipData()
@@ -47,14 +58,54 @@ public struct PackageInspector {
             throw EntryRules.hostile("the symbolic link \(link.joined(separator: "/").debugDescription) leaves the package")
         }
         guard let info else { throw EntryRules.hostile("the package has no ContentInfo.plist at its root") }
-        let sha256 = try hash ? PackageHasher.hash(file, blockSize: limits.blockSize).get() : ""
-        return PackageInfo(
+        return PackagePreflight(directory: directory, info: info, entryCount: entryCount)
+    }
+}
+
+/// What `PackageInspector.preflight` found: the checked directory and ContentInfo.plist.
+struct PackagePreflight: Sendable {
+    var directory: ZipDirectory
+    var info: ContentInfo
+    var entryCount: Int
+
+    /// The declared unpacked size (within `packages.maxUnpackedSize`, which the check enforced).
+    var declaredUnpackedSize: Int64 { Int64(clamping: directory.declaredUnpackedSize) }
+
+    func packageInfo(sha256: String) -> PackageInfo {
+        PackageInfo(
             productId: info.productId,
             version: info.version,
             entryCount: entryCount,
-            packedSize: Int64(directory.fileSize),
-            unpackedSize: Int64(clamping: directory.declaredUnpackedSize),
+            packedSize: Int64(clamping: directory.fileSize),
+            unpackedSize: declaredUnpackedSize,
             sha256: sha256
         )
+    }
+}
+
+/// The paths a package's entries make, to refuse before extraction what extraction would refuse
+/// half-way: an entry that appears twice or replaces another, and one below a file or a link.
+private struct EntryTree {
+    /// Type bits by path; folders made implicitly by deeper entries count as folders.
+    private var kinds: [[String]: UInt32] = [[]: EntryRules.directory]
+
+    mutating func add(_ components: [String], type: UInt32, name: String) throws {
+        let isFolder = type == EntryRules.directory
+        // Walk up until a known folder: each folder is registered once, so this stays linear.
+        var parent = Array(components.dropLast())
+        var missing: [[String]] = []
+        while kinds[parent] == nil {
+            missing.append(parent)
+            parent.removeLast()
+        }
+        guard kinds[parent] == EntryRules.directory else {
+            throw EntryRules.hostile("the entry \(name.debugDescription) is written through the link or file \(parent.joined(separator: "/").debugDescription)")
+        }
+        for folder in missing { kinds[folder] = EntryRules.directory }
+        if let existing = kinds[components] {
+            if isFolder && existing == EntryRules.directory { return }
+            throw EntryRules.hostile("the entry \(name.debugDescription) appears twice or replaces another entry")
+        }
+        kinds[components] = isFolder ? EntryRules.directory : (type == 0 ? EntryRules.regularFile : type)
     }
 }

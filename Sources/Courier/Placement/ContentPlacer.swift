@@ -21,7 +21,8 @@ public struct FreeSpaceProbe: Sendable {
         defer { close(fd) }
         var info = Glibc.statvfs()
         guard fstatvfs(fd, &info) == 0 else { throw CourierError.posix("statvfs", path: url.path) }
-        return Int64(info.f_bavail) * Int64(info.f_frsize)
+        let (bytes, overflow) = info.f_bavail.multipliedReportingOverflow(by: UInt(info.f_frsize))
+        return overflow ? .max : Int64(clamping: bytes)
     }
 }
 
@@ -110,14 +111,29 @@ public final class ContentPlacer: Sendable {
         if let existing, let version, !force {
             try refuseDowngrade(existing: existing, to: version)
         }
-        let directory = try ZipDirectory.read(package, maxEntryCount: packages.maxEntryCount)
-        try ensureSpace(bytes: Int64(clamping: directory.declaredUnpackedSize), inUse: [contentIdentifier])
 
         let stagingRoot = stagingFolder(target)
         try makeFolder(stagingRoot)
         let id = UUID().uuidString.lowercased()
         let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
         defer { lock.release(removing: true) }
+        // Before a byte of the package is read: an install that a crash (or a kill) interrupted
+        // too often in a row is refused instead of crashing the process again.
+        try beginAttempt(
+            contentIdentifier, package: Self.fingerprint(package, verifiedSHA256: verifiedSHA256), lockId: id,
+            placement: target
+        )
+        defer { endAttempt(contentIdentifier, lockId: id) }
+
+        // Every rule that needs no unpacking (those of `package inspect`), the product and the
+        // version run before the space check: a hostile package never purges anything.
+        let preflight = try PackageInspector.preflight(package, limits: packages)
+        try preflight.info.check(expectedProductId: productId, expectedVersion: version)
+        if let existing, !force {
+            try refuseDowngrade(existing: existing, to: preflight.info.version)
+        }
+        try ensureSpace(bytes: preflight.declaredUnpackedSize, inUse: [contentIdentifier])
+
         let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
         let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
         defer {
@@ -128,7 +144,8 @@ public final class ContentPlacer: Sendable {
         logger.debug("extracting", metadata: ["package": "\(package.path)", "staging": "\(staging.path)"])
         let extractor = PackageExtractor(configuration: packages)
         let info = try extractor.extract(
-            package, into: staging, expectedProductId: productId, expectedVersion: version, verifiedSHA256: verifiedSHA256
+            package, into: staging, expectedProductId: productId, expectedVersion: version, verifiedSHA256: verifiedSHA256,
+            preflight: preflight
         )
         if let existing, !force {
             try refuseDowngrade(existing: existing, to: info.version)
@@ -205,6 +222,72 @@ public final class ContentPlacer: Sendable {
             _ = try ContentInstallation.deleteOne(db, key: intent.id)
         }
         return delivered
+    }
+
+    // MARK: Interrupted installs
+
+    /// Records that an install of `package` as `contentIdentifier` starts (table
+    /// `content_install_attempt`), counting the attempts before it that never ended: their row
+    /// survived and their install lock is free, so their process died in the middle (a crash on
+    /// the package, or a kill). After `placement.maxInterruptedInstalls` such attempts in a row,
+    /// the install is refused with `integrity` and the count starts over, so a package that
+    /// crashes Courier cannot crash it forever (an agent would otherwise retry it at every start).
+    func beginAttempt(_ contentIdentifier: String, package: String, lockId: String, placement target: Catalog.Placement) throws {
+        let limit = placement.maxInterruptedInstalls
+        let interrupted: Int
+        do {
+            interrupted = try store.pool.write { db -> Int in
+                var count = 0
+                if let row = try ContentInstallAttempt.fetchOne(db, key: contentIdentifier), row.package == package {
+                    let lockFile = self.stagingFolder(row.placement).appendingPathComponent("\(row.lockId).lock")
+                    if let dead = try? InstallLock(ifFree: lockFile) {
+                        dead.release(removing: true)
+                        count = row.interruptions + 1
+                    } else {
+                        count = row.interruptions  // another process is installing it right now
+                    }
+                }
+                if limit > 0 && count >= limit {
+                    _ = try ContentInstallAttempt.deleteOne(db, key: contentIdentifier)
+                } else {
+                    try ContentInstallAttempt(
+                        contentIdentifier: contentIdentifier, package: package, lockId: lockId, placement: target,
+                        interruptions: count, startedAt: Date()
+                    ).save(db)
+                }
+                return count
+            }
+        } catch {
+            throw CourierError(.io, "cannot record an install in the store", cause: "\(error)")
+        }
+        if limit > 0 && interrupted >= limit {
+            throw CourierError(
+                .integrity,
+                "installing \(contentIdentifier) was interrupted \(interrupted) times in a row (Courier crashed or was killed while unpacking this package); it is refused instead of being tried again",
+                hint: "resume the download to try once more; if Courier crashed, keep the package file and report it"
+            )
+        }
+    }
+
+    /// Ends the attempt `lockId` (installed, or refused with an error): its row goes.
+    func endAttempt(_ contentIdentifier: String, lockId: String) {
+        do {
+            try write { db in
+                _ = try ContentInstallAttempt.filter(Column("contentIdentifier") == contentIdentifier && Column("lockId") == lockId)
+                    .deleteAll(db)
+            }
+        } catch {
+            logger.warning("cannot clear an install attempt", metadata: ["content-id": "\(contentIdentifier)", "error": "\(error)"])
+        }
+    }
+
+    /// What identifies one package across runs: the digest the download verified, else the
+    /// file's path, size and modification time (hashing a local file again would cost a pass).
+    package static func fingerprint(_ package: URL, verifiedSHA256: String?) -> String {
+        if let verifiedSHA256 { return "sha256:\(verifiedSHA256)" }
+        var status = stat()
+        guard stat(package.path, &status) == 0 else { return "file:\(package.path)" }
+        return "file:\(package.path):\(status.st_size):\(status.st_mtim.tv_sec).\(status.st_mtim.tv_nsec)"
     }
 
     private func refuseDowngrade(existing: DeliveredContent, to version: String) throws {
@@ -328,15 +411,22 @@ public final class ContentPlacer: Sendable {
     /// The bytes a delivery needs on disk besides the reserve: the download's remaining bytes plus
     /// the unpacked size (from the package or catalog, else `unpackedSizeFactor` × its length).
     public func spaceNeeded(remainingDownload: Int64, packageLength: Int64, unpackedLength: Int64?) -> Int64 {
-        let unpacked = unpackedLength ?? Int64(Double(packageLength) * placement.unpackedSizeFactor)
-        return max(remainingDownload, 0) + max(unpacked, 0)
+        // Saturating: the lengths come from a catalog and the factor from configuration.
+        let estimate = Double(max(packageLength, 0)) * placement.unpackedSizeFactor
+        let unpacked = unpackedLength ?? (estimate.isNaN || estimate <= 0 ? 0 : estimate >= Double(Int64.max) ? .max : Int64(estimate))
+        let (sum, overflow) = max(remainingDownload, 0).addingReportingOverflow(max(unpacked, 0))
+        return overflow ? .max : sum
     }
 
     /// Makes room for `bytes` (+ reserve) on the filesystem of `layout.root`: purges cache-placed
     /// content LRU-first when allowed, never Documents, never identifiers in `inUse`; else throws
     /// CourierError(.insufficientSpace) before anything is written.
     public func ensureSpace(bytes: Int64, inUse: Set<String>) throws {
-        let needed = bytes + placement.diskReserve
+        let (needed, overflow) = max(bytes, 0).addingReportingOverflow(max(placement.diskReserve, 0))
+        guard !overflow else {
+            throw CourierError(
+                .insufficientSpace, "\(bytes) bytes plus a reserve of \(placement.diskReserve) are more than any disk holds")
+        }
         var available = try freeSpace.available(layout.root)
         if available >= needed { return }
         if placement.purgeCaches {

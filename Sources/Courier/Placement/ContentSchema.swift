@@ -5,6 +5,8 @@ import GRDB
 /// `delivered_content`: one row per content folder under Caches/ or Documents/.
 /// `content_installation`: the intent of an install in flight, written before its staging folder
 /// is renamed into place; `ContentPlacer.recover()` finishes or rolls back each one it finds.
+/// `content_install_attempt`: an install from before its package is read until it ends; one that
+/// outlives its process counts an interrupted install (`ContentPlacer.beginAttempt`).
 enum ContentSchema {
     static let migrations: [(String, @Sendable (Database) throws -> Void)] = [
         (
@@ -40,6 +42,23 @@ enum ContentSchema {
                         """
                 )
             }
-        )
+        ),
+        (
+            "content.v2",
+            { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE content_install_attempt (
+                            contentIdentifier TEXT PRIMARY KEY NOT NULL,
+                            package TEXT NOT NULL,
+                            lockId TEXT NOT NULL,
+                            placement TEXT NOT NULL,
+                            interruptions INTEGER NOT NULL,
+                            startedAt DATETIME NOT NULL
+                        );
+                        """
+                )
+            }
+        ),
     ]
 }

@@ -59,6 +59,22 @@ struct ContentInstallation: Codable, Sendable, FetchableRecord, PersistableRecor
     var createdAt: Date
 }
 
+/// An install in progress, from before its package is read until it ends (table
+/// `content_install_attempt`): a row that outlives its install lock marks an install a crash or a
+/// kill interrupted. See `ContentPlacer.beginAttempt`.
+struct ContentInstallAttempt: Codable, Sendable, FetchableRecord, PersistableRecord {
+    static let databaseTableName = "content_install_attempt"
+    var contentIdentifier: String
+    /// The package's identity (`ContentPlacer.fingerprint`): a different package starts a new count.
+    var package: String
+    /// The install lock `.staging/<lockId>.lock` its process holds while it runs.
+    var lockId: String
+    var placement: Catalog.Placement
+    /// Attempts before this one, in a row, that a crash or a kill interrupted.
+    var interruptions: Int
+    var startedAt: Date
+}
+
 /// Orders `ContentVersion` strings: dot- or dash-separated parts, numerically where both parts
 /// are numbers ("1.10" > "1.9"), else by text; missing parts count as zero ("1.0" == "1").
 public enum ContentVersion {

@@ -15,11 +15,15 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
     /// Whether the staged content is flushed to disk (`syncfs`) before it is renamed into place,
     /// so a power loss cannot leave an empty file in delivered content. Default true.
     public var syncBeforeRename: Bool = true
+    /// How many installs of one package in a row may be interrupted (the process crashed or was
+    /// killed while unpacking it) before the next is refused with `integrity` instead of being
+    /// tried again. 0 never refuses. Default 2.
+    public var maxInterruptedInstalls: Int = 2
 
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case purgeCaches, diskReserve, unpackedSizeFactor, syncBeforeRename
+        case purgeCaches, diskReserve, unpackedSizeFactor, syncBeforeRename, maxInterruptedInstalls
     }
 
     public init(from decoder: any Decoder) throws {
@@ -29,6 +33,7 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
         diskReserve = try c.decode(.diskReserve, or: diskReserve)
         unpackedSizeFactor = try c.decode(.unpackedSizeFactor, or: unpackedSizeFactor)
         syncBeforeRename = try c.decode(.syncBeforeRename, or: syncBeforeRename)
+        maxInterruptedInstalls = try c.decode(.maxInterruptedInstalls, or: maxInterruptedInstalls)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -37,5 +42,6 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
         try c.encode(diskReserve, forKey: .diskReserve)
         try c.encode(unpackedSizeFactor, forKey: .unpackedSizeFactor)
         try c.encode(syncBeforeRename, forKey: .syncBeforeRename)
+        try c.encode(maxInterruptedInstalls, forKey: .maxInterruptedInstalls)
     }
 }
