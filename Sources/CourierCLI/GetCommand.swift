@@ -16,7 +16,10 @@ struct GetCommand: AsyncParsableCommand {
             The partial data (FILE.courier-part) and its journal (FILE.courier-journal) live beside \
             FILE until the download is verified and renamed into place. SIGINT or SIGTERM pause the \
             download (exit 7). With --input-file, every URL of LIST (one a line) is saved into DIR \
-            under the last component of its path, --jobs at a time.
+            under the last component of its path, --jobs at a time. A line whose name is not one \
+            safe file name directly inside DIR (empty, ., .., a / or control character once \
+            percent-decoded, or a name already used by another line) is refused with a message \
+            naming it while the others download; the exit code is then 2 unless a download failed.
             """
     )
 
@@ -147,23 +150,43 @@ struct GetCommand: AsyncParsableCommand {
         } catch {
             throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
         }
+        // A line that cannot be saved safely (not an http(s) URL, no safe file name, a name
+        // another line already uses) is refused on its own; the other lines still download.
         var requests: [DownloadRequest] = []
-        var names: Set<String> = []
-        for line in text.split(whereSeparator: \.isNewline) {
+        var lineOfName: [String: Int] = [:]
+        var refused: [CourierError] = []
+        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
+        for (index, line) in lines.enumerated() {
+            let number = index + 1
             let address = line.trimmingCharacters(in: .whitespaces)
             if address.isEmpty || address.hasPrefix("#") { continue }
-            guard let source = URL(string: address), source.scheme != nil, !source.lastPathComponent.isEmpty,
-                source.lastPathComponent != "/"
-            else {
-                throw CourierError(.usage, "not a URL with a file name: \(address)")
+            do {
+                guard let source = URL(string: address), let scheme = source.scheme?.lowercased(),
+                    scheme == "http" || scheme == "https", source.host?.isEmpty == false
+                else {
+                    throw CourierError(.usage, "not an http(s) URL")
+                }
+                let destination = try DownloadFileName.destination(for: source, in: folder)
+                let name = destination.lastPathComponent
+                if let earlier = lineOfName[name] {
+                    throw CourierError(.usage, "line \(earlier) saves to the same name \(DownloadFileName.escaped(name))")
+                }
+                lineOfName[name] = number
+                requests.append(DownloadRequest(id: name, url: source, destination: destination, headers: headers))
+            } catch {
+                let reason = (error as? CourierError)?.message ?? "\(error)"
+                let refusal = CourierError(
+                    .usage, "\(list):\(number): refused \(DownloadFileName.escaped(address)): \(reason)")
+                refused.append(refusal)
+                if output.json {
+                    output.emit([
+                        "event": "refused", "line": number, "url": address, "code": refusal.code.rawValue,
+                        "message": refusal.message,
+                    ])
+                } else {
+                    output.note("courier: \(refusal.message)")
+                }
             }
-            let name = source.lastPathComponent
-            guard names.insert(name).inserted else {
-                throw CourierError(.usage, "two URLs of \(list) save to the same name \(name)")
-            }
-            requests.append(
-                DownloadRequest(id: name, url: source, destination: folder.appendingPathComponent(name), headers: headers)
-            )
         }
         let store = FileResumeJournalStore(directory: folder)
         let bar = ProgressBar(output: output, label: "\(requests.count) files", files: requests.count)
@@ -192,19 +215,27 @@ struct GetCommand: AsyncParsableCommand {
             return failures
         }
         bar.finish()
-        if failures.isEmpty {
+        if failures.isEmpty && refused.isEmpty {
             if !output.json { output.line("saved \(requests.count) files in \(folder.path)") }
             return
         }
         let errors = failures.compactMap { $0 as? CourierError }
-        // Paused wins (resumable), then the first failure in list order of severity.
+        let refusedNote = refused.isEmpty ? "" : "; \(refused.count) lines of \(list) refused"
+        // Paused wins (resumable), then the first download failure, then the refused lines (usage).
         if let paused = errors.first(where: { $0.code == .paused }) {
-            throw CourierError(.paused, "\(failures.count) of \(requests.count) downloads stopped", hint: paused.hint)
+            throw CourierError(
+                .paused, "\(failures.count) of \(requests.count) downloads stopped\(refusedNote)", hint: paused.hint)
         }
         if let first = errors.first {
-            throw CourierError(first.code, "\(failures.count) of \(requests.count) downloads failed; first: \(first.message)", cause: first.cause)
+            throw CourierError(
+                first.code, "\(failures.count) of \(requests.count) downloads failed\(refusedNote); first: \(first.message)",
+                cause: first.cause)
         }
-        throw failures[0]
+        if let failure = failures.first { throw failure }
+        throw CourierError(
+            .usage,
+            "\(refused.count) lines of \(list) refused; saved the other \(requests.count) files in \(folder.path)",
+            hint: "each refused line is printed above with its reason")
     }
 
     private func report(_ result: DownloadResult, output: Output) {

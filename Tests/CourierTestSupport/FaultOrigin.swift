@@ -29,6 +29,14 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
         public var faultyResponses = 1
         /// Body bytes per second, for every response (0: unlimited).
         public var bytesPerSecond = 0
+        /// Send the body with `Transfer-Encoding: chunked` (no Content-Length), so its end is
+        /// known only when it comes.
+        public var chunked = false
+        /// Send this many bytes (0xEE) after the resource's bytes: a body longer than the file.
+        public var extraBodyBytes = 0
+        /// Header fields that replace (by name, case-insensitively) or join those of a 200 or
+        /// 206 answer: a lying Content-Length, an impossible Content-Range.
+        public var replaceHeaders: [(String, String)] = []
 
         public init() {}
     }
@@ -38,6 +46,7 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
     private var etag: String
     private var behavior: Behavior
     private var responses = 0
+    private var completed = 0
     private var sent = 0
     private var server: LoopbackHTTPServer?
 
@@ -78,6 +87,13 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
         return sent
     }
 
+    /// Responses whose handler has returned (so `bodyBytesSent` counts all they will send).
+    public var responsesCompleted: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return completed
+    }
+
     /// The requests received so far.
     public var requests: [LoopbackHTTPServer.Request] { server?.receivedRequests ?? [] }
 
@@ -94,6 +110,11 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
     }
 
     private func serve(_ request: LoopbackHTTPServer.Request, _ response: LoopbackHTTPServer.Response) {
+        defer {
+            lock.lock()
+            completed += 1
+            lock.unlock()
+        }
         lock.lock()
         responses += 1
         let faulty = responses <= behavior.faultyResponses
@@ -122,21 +143,30 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
             return
         }
         var headers: [(String, String)] = [("ETag", etag), ("Last-Modified", Self.lastModified), ("Accept-Ranges", "bytes")]
+        let chunked = faulty && behavior.chunked
+        let extra = faulty ? behavior.extraBodyBytes : 0
         let body = content[(content.startIndex + start)...]
-        if !(faulty && behavior.omitLength) {
+        if chunked {
+            headers.append(("Transfer-Encoding", "chunked"))
+        } else if !(faulty && behavior.omitLength) {
             headers.append(("Content-Length", "\(body.count)"))
         } else {
             headers.append(("Connection", "close"))
         }
         if ranged {
             headers.append(("Content-Range", "bytes \(start)-\(content.count - 1)/\(content.count)"))
-            response.head(206, headers: headers)
-        } else {
-            response.head(200, headers: headers)
         }
+        if faulty {
+            for (name, value) in behavior.replaceHeaders {
+                headers.removeAll { $0.0.lowercased() == name.lowercased() }
+                headers.append((name, value))
+            }
+        }
+        response.head(ranged ? 206 : 200, headers: headers)
         if request.method == "HEAD" { return }
 
-        var limit = body.count
+        let total = body.count + extra
+        var limit = total
         if faulty, let drop = behavior.dropAfterBytes { limit = min(limit, drop) }
         if faulty, let short = behavior.shortBodyBytes { limit = min(limit, short) }
         let stallAt = faulty ? behavior.stallAfterBytes : nil
@@ -150,8 +180,15 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
             }
             var end = min(limit, offset + chunk)
             if let stallAt, offset < stallAt { end = min(end, stallAt) }
-            let piece = body[(body.startIndex + offset)..<(body.startIndex + end)]
-            guard response.write(Data(piece)) else { return }
+            var piece = Data()
+            if offset < body.count {
+                piece.append(body[(body.startIndex + offset)..<(body.startIndex + min(end, body.count))])
+            }
+            if end > body.count {
+                piece.append(Data(repeating: 0xEE, count: end - max(offset, body.count)))
+            }
+            let framed = chunked ? Data("\(String(piece.count, radix: 16))\r\n".utf8) + piece + Data("\r\n".utf8) : piece
+            guard response.write(framed) else { return }
             lock.lock()
             sent += piece.count
             lock.unlock()
@@ -160,8 +197,10 @@ public final class FaultOrigin: @unchecked Sendable {  // @unchecked: mutable st
                 Thread.sleep(forTimeInterval: Double(piece.count) / Double(behavior.bytesPerSecond))
             }
         }
-        if limit < body.count || (faulty && behavior.omitLength) {
+        if limit < total || (faulty && behavior.omitLength && !chunked) {
             response.close()
+        } else if chunked {
+            response.write(Data("0\r\n\r\n".utf8))
         }
     }
 

@@ -17,6 +17,9 @@ public final class LoopbackHTTPServer: @unchecked Sendable {  // @unchecked: mut
         /// Header fields with lowercased names.
         public var headers: [String: String]
         public var body: Data
+        /// The request head exactly as received (request line and header lines, CRLFs included,
+        /// without the blank line that ends it), so a test can see injected header lines.
+        public var rawHead: String = ""
 
         public var path: String { String(target.split(separator: "?", maxSplits: 1).first ?? "") }
     }
@@ -232,6 +235,7 @@ public final class LoopbackHTTPServer: @unchecked Sendable {  // @unchecked: mut
         }
         let body = Data(buffer.prefix(length))
         buffer.removeFirst(length)
-        return Request(method: String(requestLine[0]), target: String(requestLine[1]), headers: headers, body: body)
+        return Request(
+            method: String(requestLine[0]), target: String(requestLine[1]), headers: headers, body: body, rawHead: headText)
     }
 }

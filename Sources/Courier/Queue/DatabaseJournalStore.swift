@@ -13,7 +13,9 @@ public struct DatabaseJournalStore: ResumeJournalStore {
 
     public func load(downloadId: String) throws -> ResumeJournal? {
         do {
-            return try store.pool.read { db in try QueueRows.fetchDownload(db, id: downloadId)?.journal }
+            // A row whose journal breaks an invariant (ResumeJournal.validationProblem) gives none:
+            // the download starts over from byte 0.
+            return try store.pool.read { db in try QueueRows.fetchDownload(db, id: downloadId)?.journal.validated() }
         } catch let error as CourierError {
             throw error
         } catch {

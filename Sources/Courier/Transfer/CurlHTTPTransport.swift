@@ -72,7 +72,7 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
-        configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: request.timeout)
+        try configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: request.timeout)
         _ = courier_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout * 1000))
         _ = courier_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "")
         _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
@@ -150,7 +150,7 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
         }
         guard let continuation else { return }
         self.continuation = nil
-        if let failure {
+        if let failure = setupError ?? failure {
             continuation.resume(throwing: failure)
         } else if let stop {
             let error: CourierError =

@@ -45,30 +45,40 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
     /// Sets the options of `easy` (the loop sets the callbacks and private pointer afterwards).
     func configure(_ easy: UnsafeMutableRawPointer) throws {}
 
+    /// Why `configure` failed (set by the loop when it throws, before `didFinish`).
+    var setupError: CourierError?
+
     /// The options every request shares: its URL, no signals, redirects up to the limit over
     /// http(s) only (https only from an https URL, so a redirect never downgrades to plain http
     /// unless `allowInsecureHTTP`), TLS verification on, the connect timeout (capped by
-    /// `connectTimeout`).
+    /// `connectTimeout`). Throws `.internal` if libcurl refuses any of them: a request never
+    /// runs on a silent default of a security setting.
     func configureCommon(
         _ easy: UnsafeMutableRawPointer,
         url: URL,
         configuration: TransferConfiguration,
         connectTimeout: Double
-    ) {
-        _ = courier_easy_setopt_string(easy, CURLOPT_URL, url.absoluteString)
-        _ = courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects)
-        _ = courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+    ) throws {
+        try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_URL, url.absoluteString), "CURLOPT_URL")
+        try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "CURLOPT_NOSIGNAL")
+        try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1), "CURLOPT_FOLLOWLOCATION")
+        try CurlOption.check(
+            courier_easy_setopt_long(easy, CURLOPT_MAXREDIRS, configuration.maxRedirects),
+            "CURLOPT_MAXREDIRS \(configuration.maxRedirects)")
+        try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"), "CURLOPT_PROTOCOLS_STR")
         let downgradeAllowed = url.scheme?.lowercased() != "https" || configuration.allowInsecureHTTP
-        _ = courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, downgradeAllowed ? "http,https" : "https")
-        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
-        _ = courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
-        _ = courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(connectTimeout, configuration.connectTimeout) * 1000))
+        try CurlOption.check(
+            courier_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, downgradeAllowed ? "http,https" : "https"),
+            "CURLOPT_REDIR_PROTOCOLS_STR")
+        try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "CURLOPT_SSL_VERIFYPEER")
+        try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "CURLOPT_SSL_VERIFYHOST")
+        try CurlOption.check(
+            courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(connectTimeout, configuration.connectTimeout) * 1000)),
+            "CURLOPT_CONNECTTIMEOUT_MS")
         if !configuration.allowInsecureHTTP {
             // Plain http stays on loopback after redirects too: checked per socket, before connecting.
-            _ = courier_easy_setopt_opensocket_callback(easy, URLPolicy.openSocket)
-            _ = courier_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, easy)
+            try CurlOption.check(courier_easy_setopt_opensocket_callback(easy, URLPolicy.openSocket), "CURLOPT_OPENSOCKETFUNCTION")
+            try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, easy), "CURLOPT_OPENSOCKETDATA")
         }
     }
     /// One header line as received, CRLF included.
@@ -219,27 +229,33 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and 
             job.easy = easy
             do {
                 try job.configure(easy)
+                // The loop's own options: a handle without its callbacks would write the body
+                // to standard output, so a refusal here fails the job like `configure`'s.
+                let context = Unmanaged.passUnretained(job).toOpaque()
+                try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context), "CURLOPT_PRIVATE")
+                try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context), "CURLOPT_WRITEDATA")
+                try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context), "CURLOPT_HEADERDATA")
+                try CurlOption.check(
+                    courier_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION) { data, size, count, context in
+                        guard let context else { return 0 }
+                        let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
+                        let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+                        return job.didReceive(bytes)
+                    }, "CURLOPT_WRITEFUNCTION")
+                try CurlOption.check(
+                    courier_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION) { data, size, count, context in
+                        guard let context else { return 0 }
+                        let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
+                        let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+                        return job.didReceiveHeader(bytes) ? size * count : 0
+                    }, "CURLOPT_HEADERFUNCTION")
             } catch {
+                job.setupError =
+                    error as? CourierError ?? CourierError(.internal, "cannot configure a libcurl handle", cause: "\(error)")
                 job.didFinish(CURLE_FAILED_INIT, stop: nil)
                 job.easy = nil
                 curl_easy_cleanup(easy)
                 return
-            }
-            let context = Unmanaged.passUnretained(job).toOpaque()
-            _ = courier_easy_setopt_pointer(easy, CURLOPT_PRIVATE, context)
-            _ = courier_easy_setopt_pointer(easy, CURLOPT_WRITEDATA, context)
-            _ = courier_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
-            _ = courier_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION) { data, size, count, context in
-                guard let context else { return 0 }
-                let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
-                let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
-                return job.didReceive(bytes)
-            }
-            _ = courier_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION) { data, size, count, context in
-                guard let context else { return 0 }
-                let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
-                let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
-                return job.didReceiveHeader(bytes) ? size * count : 0
             }
             job.lastActivity = .now()
             jobs[easy] = job
@@ -283,10 +299,22 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and 
     }
 }
 
-/// Header-line parsing shared by the jobs.
-enum HTTPHeaderLine {
+/// Checked `curl_easy_setopt` results.
+enum CurlOption {
+    /// Throws `.internal` unless libcurl accepted the option `name`.
+    static func check(_ result: CURLcode, _ name: String) throws {
+        guard result == CURLE_OK else {
+            throw CourierError(
+                .internal, "libcurl refused the option \(name)", cause: CurlGlobal.describe(result),
+                hint: "check the transfer settings of the configuration")
+        }
+    }
+}
+
+/// Header-line parsing shared by the jobs (pure, so the fuzz harness can call it).
+package enum HTTPHeaderLine {
     /// The status code of an `HTTP/x y reason` line, or nil if the line is not a status line.
-    static func status(_ line: String) -> Int? {
+    package static func status(_ line: String) -> Int? {
         guard line.hasPrefix("HTTP/") else { return nil }
         let parts = line.split(separator: " ", maxSplits: 2)
         guard parts.count >= 2 else { return nil }
@@ -294,7 +322,7 @@ enum HTTPHeaderLine {
     }
 
     /// The lowercased name and trimmed value of a `Name: value` line.
-    static func field(_ line: String) -> (String, String)? {
+    package static func field(_ line: String) -> (String, String)? {
         guard let colon = line.firstIndex(of: ":") else { return nil }
         let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
         let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)

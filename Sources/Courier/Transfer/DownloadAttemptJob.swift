@@ -42,6 +42,11 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     private let chunkSize: Int
     /// Body bytes accepted by this attempt.
     private(set) var receivedBytes: Int64 = 0
+    /// Where the accepted body starts in the file.
+    private var acceptedOffset: Int64 = 0
+    /// The file's length the body must not go past: the expected length, else the announced
+    /// total (Content-Length or Content-Range). Nil when neither is known.
+    private var byteLimit: Int64?
 
     init(
         request: DownloadRequest,
@@ -65,7 +70,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
-        configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: configuration.connectTimeout)
+        try configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: configuration.connectTimeout)
         // libcurl's own low-speed limit backs up the watchdog (which also sees paused time).
         _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
         _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int((configuration.stallTimeout * 2).rounded(.up)))
@@ -73,18 +78,24 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         _ = courier_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
         _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
         if requestedOffset > 0 {
-            _ = courier_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-")
+            try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"), "CURLOPT_RANGE")
         }
         var list: UnsafeMutablePointer<curl_slist>?
         for (name, value) in request.headers {
             list = curl_slist_append(list, "\(name): \(value)")
         }
-        if requestedOffset > 0, let validator = journal.etag ?? journal.lastModified {
-            list = curl_slist_append(list, "If-Range: \(validator)")
-        }
         headerList = list
+        if requestedOffset > 0, let validator = journal.etag ?? journal.lastModified {
+            // Journals are validated when loaded and validators when received; a CR or LF here
+            // would still inject request headers, so never send one.
+            guard ResumeJournal.isSafeValidator(validator) else {
+                throw CourierError(.internal, "refusing to send an unsafe If-Range validator for \(request.url.absoluteString)")
+            }
+            list = curl_slist_append(list, "If-Range: \(validator)")
+            headerList = list
+        }
         if let list {
-            _ = courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+            try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list)), "CURLOPT_HTTPHEADER")
         }
     }
 
@@ -107,14 +118,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         }
         if !line.isEmpty {
             if let (name, value) = HTTPHeaderLine.field(line) {
-                switch name {
-                case "content-length": head.contentLength = Int64(value)
-                case "content-range": head.contentRange = value
-                case "etag": head.etag = value
-                case "last-modified": head.lastModified = value
-                case "retry-after": head.retryAfter = value
-                default: break
-                }
+                head.record(name: name, value: value)
             }
             return true
         }
@@ -156,8 +160,10 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         }
         if let total = accepted.total {
             do {
+                // `total` and `offset` are HTTPNumbers (at most 2^62), so the difference cannot
+                // overflow; SpaceCheck adds the rest without overflowing.
                 try SpaceCheck.require(
-                    bytes: total - accepted.offset + request.additionalSpaceNeeded,
+                    bytes: SpaceCheck.sum(total - accepted.offset, request.additionalSpaceNeeded),
                     reserve: configuration.diskReserve,
                     at: request.partialFile
                 )
@@ -168,11 +174,12 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
                 return false
             }
         }
-        let strongETag = head.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 }
+        // A validator is kept only if it can be sent back safely as If-Range (no CR, LF, NUL...).
+        let strongETag = head.etag.flatMap { $0.hasPrefix("W/") || !ResumeJournal.isSafeValidator($0) ? nil : $0 }
         var updated = journal
         updated.url = request.url
         updated.etag = strongETag
-        updated.lastModified = head.lastModified
+        updated.lastModified = head.lastModified.flatMap { ResumeJournal.isSafeValidator($0) ? $0 : nil }
         updated.totalLength = accepted.total
         if accepted.offset == 0 && requestedOffset > 0 {
             updated.durableOffset = 0
@@ -181,6 +188,8 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
             writer.submitJournal(updated)
         }
         journal = updated
+        acceptedOffset = accepted.offset
+        byteLimit = request.expectedLength.map { max(0, $0) } ?? accepted.total
         decision = .accept(offset: accepted.offset, total: accepted.total)
         return true
     }
@@ -196,6 +205,20 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
             return CurlJob.pauseReceiving
         }
         lastActivity = .now()
+        if let limit = byteLimit, bytes.count > limit - acceptedOffset - receivedBytes {
+            // More than the expected or announced length: stop now, not after the whole body.
+            decision = .fail(
+                CourierError(
+                    .integrity,
+                    "\(request.url.absoluteString) sent more than the \(limit) bytes "
+                        + (request.expectedLength != nil ? "expected" : "it announced"),
+                    cause: "length mismatch",
+                    hint: "the download was discarded; running it again starts over"
+                )
+            )
+            buffer = []
+            return 0
+        }
         if buffer.count + bytes.count > chunkSize { flush() }
         if buffer.capacity < chunkSize { buffer.reserveCapacity(max(chunkSize, bytes.count)) }
         buffer.append(contentsOf: bytes)
@@ -222,6 +245,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     }
 
     private func outcome(_ result: CURLcode, stop: CurlJobStop?) -> AttemptOutcome {
+        if let setupError { return .fail(setupError) }
         switch stop {
         case .requested, .shutdown:
             return .paused
@@ -292,10 +316,17 @@ public enum SpaceCheck {
         return Int64(status.f_bavail) * Int64(status.f_frsize)
     }
 
+    /// `a + b` with negatives as 0, saturating at `Int64.max` instead of overflowing (a length
+    /// that large never fits, so the space check fails as it should).
+    public static func sum(_ a: Int64, _ b: Int64) -> Int64 {
+        let (total, overflowed) = max(0, a).addingReportingOverflow(max(0, b))
+        return overflowed ? .max : total
+    }
+
     /// Throws `insufficientSpace` unless `bytes + reserve` fit at `url`.
     public static func require(bytes: Int64, reserve: Int64, at url: URL) throws {
         let available = try availableBytes(at: url)
-        let needed = max(0, bytes) + max(0, reserve)
+        let needed = sum(bytes, reserve)
         guard needed <= available else {
             throw CourierError(
                 .insufficientSpace,

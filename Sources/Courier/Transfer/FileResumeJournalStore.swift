@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -9,11 +10,22 @@ import Glibc
 ///
 /// `save` is durable when it returns: the journal is written to a temporary file, fsynced,
 /// renamed over the old one, and the folder is fsynced.
+///
+/// The side files are never followed through a symlink (`O_NOFOLLOW`): a symlink planted at the
+/// journal reads as no journal and is replaced (the rename replaces the link, not its target),
+/// and one planted at the temporary file is removed before it is created afresh. A journal that
+/// does not decode or breaks an invariant of `ResumeJournal.validationProblem` is discarded
+/// (logged at debug) and the download starts over.
 public struct FileResumeJournalStore: ResumeJournalStore {
     public let directory: URL
+    private let logger: Logger?
 
-    public init(directory: URL) {
+    /// The largest journal file read; a bigger one is not a journal this store wrote.
+    static let maximumFileSize = 64 << 10
+
+    public init(directory: URL, logger: Logger? = nil) {
         self.directory = directory
+        self.logger = logger
     }
 
     /// The side file of `downloadId` (the id with anything but letters, digits, `.`, `-`, `_`
@@ -27,14 +39,45 @@ public struct FileResumeJournalStore: ResumeJournalStore {
 
     public func load(downloadId: String) throws -> ResumeJournal? {
         let file = journalFile(downloadId: downloadId)
-        guard FileManager.default.fileExists(atPath: file.path) else { return nil }
-        do {
-            let journal = try JSONDecoder().decode(ResumeJournal.self, from: Data(contentsOf: file))
-            return journal.downloadId == downloadId ? journal : nil
-        } catch {
-            // A damaged journal is not fatal: the download starts over.
+        let fd = open(file.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { return nil }
+            // ELOOP: a symlink. Anything else unreadable: a damaged journal is not fatal either.
+            discard(file, downloadId: downloadId, reason: String(cString: strerror(code)))
             return nil
         }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            discard(file, downloadId: downloadId, reason: "not a regular file")
+            return nil
+        }
+        var bytes = [UInt8](repeating: 0, count: Self.maximumFileSize + 1)
+        var count = 0
+        while count < bytes.count {
+            let read = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + count, $0.count - count, off_t(count)) }
+            if read < 0 && errno == EINTR { continue }
+            guard read > 0 else { break }
+            count += read
+        }
+        guard count <= Self.maximumFileSize else {
+            discard(file, downloadId: downloadId, reason: "larger than \(Self.maximumFileSize) bytes")
+            return nil
+        }
+        do {
+            return try ResumeJournal.decodeJournalFile(Data(bytes[0..<count]), downloadId: downloadId)
+        } catch {
+            // A damaged or tampered journal is not fatal: the download starts over.
+            discard(file, downloadId: downloadId, reason: "\(error)")
+            return nil
+        }
+    }
+
+    private func discard(_ file: URL, downloadId: String, reason: String) {
+        logger?.debug(
+            "resume journal discarded: the download starts over",
+            metadata: ["download-id": "\(downloadId)", "file": "\(file.path)", "reason": "\(reason)"])
     }
 
     public func save(_ journal: ResumeJournal) throws {
@@ -48,7 +91,13 @@ public struct FileResumeJournalStore: ResumeJournalStore {
         } catch {
             throw CourierError(.internal, "cannot encode the journal of \(journal.downloadId)", cause: "\(error)")
         }
-        let fd = open(temporary.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        // A fresh file, never one reached through a planted symlink: whatever is at the temporary
+        // name (a stale file of a crashed run, a symlink) goes first, and O_EXCL | O_NOFOLLOW
+        // refuse anything that appears there meanwhile.
+        if unlink(temporary.path) != 0 && errno != ENOENT {
+            throw CourierError.posix("remove", path: temporary.path)
+        }
+        let fd = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CourierError.posix("open", path: temporary.path) }
         var written = 0
         let failed: Int32? = data.withUnsafeBytes { raw in

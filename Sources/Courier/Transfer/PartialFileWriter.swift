@@ -30,6 +30,15 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
     /// Bytes written by this process (all attempts), for `DownloadResult.bytesFetched`.
     private(set) var bytesWrittenThisRun: Int64 = 0
     private let progress: ProgressReporter
+    private let growingSpaceCheck: GrowingSpaceCheck?
+
+    /// The space check of a body whose length was not known in advance: before each chunk is
+    /// written, the chunk, `additionalSpaceNeeded` and `reserve` must fit, else the writer fails
+    /// with `insufficientSpace` (the partial data is kept and can be resumed).
+    struct GrowingSpaceCheck: Sendable {
+        var reserve: Int64
+        var additionalSpaceNeeded: Int64
+    }
 
     // Handover state, guarded by `lock`.
     private let lock = NSLock()
@@ -44,7 +53,8 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         store: any ResumeJournalStore,
         queue: DispatchQueue,
         configuration: TransferConfiguration,
-        progress: ProgressReporter
+        progress: ProgressReporter,
+        growingSpaceCheck: GrowingSpaceCheck? = nil
     ) {
         self.file = file
         self.fd = fd
@@ -55,6 +65,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         self.checkpointInterval = configuration.checkpointInterval
         self.highWater = 4 << 20
         self.progress = progress
+        self.growingSpaceCheck = growingSpaceCheck
     }
 
     /// The first error the writer met (ENOSPC, EIO, a journal that could not be saved).
@@ -151,6 +162,20 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
     private func write(_ chunk: [UInt8]) {
         defer { drained(chunk.count) }
         guard error == nil else { return }
+        if let check = growingSpaceCheck, journal.totalLength == nil {
+            // Length unknown (no Content-Length, no expected length): nothing was reserved up
+            // front, so the reserve is enforced as the file grows.
+            do {
+                try SpaceCheck.require(
+                    bytes: SpaceCheck.sum(Int64(chunk.count), check.additionalSpaceNeeded), reserve: check.reserve, at: file)
+            } catch let error as CourierError {
+                fail(error)
+                return
+            } catch {
+                fail(CourierError(.io, "cannot check the free space at \(file.path)", cause: "\(error)"))
+                return
+            }
+        }
         var done = 0
         while done < chunk.count {
             let count = chunk.withUnsafeBytes {

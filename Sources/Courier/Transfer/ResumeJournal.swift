@@ -39,3 +39,66 @@ public protocol ResumeJournalStore: Sendable {
     func save(_ journal: ResumeJournal) throws
     func remove(downloadId: String) throws
 }
+
+// MARK: Validation
+
+extension ResumeJournal {
+    /// Why this journal cannot be trusted, or nil when it holds every invariant. A journal is
+    /// read back from a file or a database row that something else may have written, so none of
+    /// its fields is taken on faith:
+    /// - `url` is an absolute http(s) URL with a host;
+    /// - `etag` and `lastModified` (sent back as `If-Range`) are at most 1024 bytes and hold no
+    ///   control character (a CR or LF there would inject request headers);
+    /// - `durableOffset` and `totalLength` lie in `0...HTTPNumber.maximum`, and the offset is
+    ///   not past the total when the total is known.
+    /// (That the offset is not past the partial file's length is checked where the file is:
+    /// `PartialFileWriter.prepare` starts over from 0 if it is.)
+    public var validationProblem: String? {
+        let scheme = url.scheme?.lowercased()
+        guard scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty else {
+            return "the URL is not an http(s) URL"
+        }
+        if let etag, !Self.isSafeValidator(etag) { return "the ETag is not a safe header value" }
+        if let lastModified, !Self.isSafeValidator(lastModified) { return "the Last-Modified is not a safe header value" }
+        guard (0...HTTPNumber.maximum).contains(durableOffset) else { return "the durable offset \(durableOffset) is out of range" }
+        if let totalLength {
+            guard (0...HTTPNumber.maximum).contains(totalLength) else { return "the total length \(totalLength) is out of range" }
+            guard durableOffset <= totalLength else {
+                return "the durable offset \(durableOffset) is past the total length \(totalLength)"
+            }
+        }
+        return nil
+    }
+
+    /// This journal if it holds every invariant of `validationProblem`, else nil.
+    public func validated() -> ResumeJournal? {
+        validationProblem == nil ? self : nil
+    }
+
+    /// Whether `value` may be sent back as a header value (`If-Range`): non-empty, at most 1024
+    /// UTF-8 bytes, no control character (C0, DEL, C1: CR, LF and NUL among them).
+    public static func isSafeValidator(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.count <= 1024
+            && !value.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
+    /// The journal held by the raw bytes of a journal file (the JSON that
+    /// `FileResumeJournalStore` writes), validated. Throws `.integrity`, saying why, if the
+    /// bytes do not decode, name another download than `downloadId` (when given) or break an
+    /// invariant of `validationProblem`. Pure (no I/O): the fuzz entry of the journal loader.
+    package static func decodeJournalFile(_ bytes: Data, downloadId: String? = nil) throws -> ResumeJournal {
+        let journal: ResumeJournal
+        do {
+            journal = try JSONDecoder().decode(ResumeJournal.self, from: bytes)
+        } catch {
+            throw CourierError(.integrity, "the resume journal does not decode", cause: "\(error)")
+        }
+        if let downloadId, journal.downloadId != downloadId {
+            throw CourierError(.integrity, "the resume journal belongs to another download")
+        }
+        if let problem = journal.validationProblem {
+            throw CourierError(.integrity, "the resume journal is unusable: \(problem)")
+        }
+        return journal
+    }
+}

@@ -155,8 +155,9 @@ public final class TransferEngine: Sendable {
         defer { slots.release(host: host) }
 
         let queue = workers.next()
+        let openLogger = logger
         let opened: (fd: Int32, journal: ResumeJournal) = try await Self.onQueue(queue) {
-            try Self.open(request, store: store, configuration: self.configuration)
+            try Self.open(request, store: store, logger: openLogger)
         }
         defer { close(opened.fd) }
         let writer = PartialFileWriter(
@@ -166,12 +167,15 @@ public final class TransferEngine: Sendable {
             store: store,
             queue: queue,
             configuration: configuration,
-            progress: ProgressReporter(id: request.id, handler: progress)
+            progress: ProgressReporter(id: request.id, handler: progress),
+            // With no expected length, the space check follows the body as it grows.
+            growingSpaceCheck: request.expectedLength == nil
+                ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil
         )
         let resumedFrom = try await writer.perform { try writer.prepare(resumingAt: opened.journal.durableOffset) }
         let knownTotal = request.expectedLength ?? opened.journal.totalLength
         try SpaceCheck.require(
-            bytes: (knownTotal.map { $0 - resumedFrom } ?? 0) + request.additionalSpaceNeeded,
+            bytes: SpaceCheck.sum(knownTotal.map { max(0, $0) - resumedFrom } ?? 0, request.additionalSpaceNeeded),
             reserve: configuration.diskReserve,
             at: request.partialFile
         )
@@ -303,21 +307,44 @@ public final class TransferEngine: Sendable {
     }
 
     /// Opens (creating) the partial file and loads the journal; a journal for another URL or
-    /// length is discarded (queue only).
+    /// length, or one that breaks an invariant of `ResumeJournal.validationProblem`, is
+    /// discarded and the download starts over.
+    ///
+    /// The partial file is never reached through a symlink: one planted at its path is removed
+    /// (the link, not its target) and the file created afresh with `O_EXCL | O_NOFOLLOW`;
+    /// anything else that is not a regular file is refused.
     private static func open(
         _ request: DownloadRequest,
         store: any ResumeJournalStore,
-        configuration: TransferConfiguration
+        logger: Logger
     ) throws -> (Int32, ResumeJournal) {
+        let path = request.partialFile.path
         let folder = request.partialFile.deletingLastPathComponent()
         do {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         } catch {
             throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
         }
-        let exists = FileManager.default.fileExists(atPath: request.partialFile.path)
-        let fd = Glibc.open(request.partialFile.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw CourierError.posix("open", path: request.partialFile.path) }
+        var status = stat()
+        var exists = lstat(path, &status) == 0
+        if exists && status.st_mode & S_IFMT == S_IFLNK {
+            logger.notice("a symlink stood at the partial file: replaced, not followed", metadata: ["file": "\(path)"])
+            guard unlink(path) == 0 || errno == ENOENT else { throw CourierError.posix("remove", path: path) }
+            exists = false
+        }
+        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (exists ? 0 : O_EXCL), 0o644)
+        guard fd >= 0 else {
+            if errno == ELOOP || errno == EEXIST {
+                throw CourierError(
+                    .io, "\(path) changed while it was opened (a symlink or another file appeared there)",
+                    hint: "remove it, then run again")
+            }
+            throw CourierError.posix("open", path: path)
+        }
+        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw CourierError(.io, "\(path) is not a regular file", hint: "remove it, then run again")
+        }
         // One writer per partial file across processes: a process frozen past its lease still
         // holds this lock, so whoever took the download over cannot write the file until that
         // process is gone (the kernel drops the lock when it exits or closes the file).
@@ -326,23 +353,29 @@ public final class TransferEngine: Sendable {
             close(fd)
             if code == EWOULDBLOCK {
                 throw CourierError(
-                    .leased, "another process is writing \(request.partialFile.path)",
+                    .leased, "another process is writing \(path)",
                     hint: "it may be stopped or frozen; run again once it has exited")
             }
-            throw CourierError.posix("flock", path: request.partialFile.path, errno: code)
+            throw CourierError.posix("flock", path: path, errno: code)
         }
         // The journal is read under the lock, so it is the last one its previous writer saved.
+        let fresh = ResumeJournal(downloadId: request.id, url: request.url)
         var journal: ResumeJournal
         do {
-            journal = try store.load(downloadId: request.id) ?? ResumeJournal(downloadId: request.id, url: request.url)
+            journal = try store.load(downloadId: request.id) ?? fresh
         } catch {
             close(fd)
             throw error
         }
+        // The stores validate what they load; a store of the caller's own may not.
+        if let problem = journal.validationProblem {
+            logger.debug("resume journal discarded: the download starts over", metadata: ["reason": "\(problem)"])
+            journal = fresh
+        }
         if journal.url != request.url || !exists
             || (request.expectedLength != nil && journal.totalLength != nil && journal.totalLength != request.expectedLength)
         {
-            journal = ResumeJournal(downloadId: request.id, url: request.url)
+            journal = fresh
         }
         return (fd, journal)
     }
