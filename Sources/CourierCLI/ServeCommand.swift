@@ -14,8 +14,12 @@ struct ServeCommand: AsyncParsableCommand {
             Serves GET and HEAD with single byte ranges, strong ETags, If-Range and 416 for the \
             packages the catalog lists, the catalog itself at /catalog.json (ETag, 304) and \
             /health. A package needs `Authorization: Bearer <signed transaction>` whose purchase \
-            entitles to it: 401 without a valid one, 403 when it does not entitle. Prints the \
-            bound port (a `listening` event with --json); SIGTERM or SIGINT stop it gracefully.
+            entitles to it: 401 without a valid one, 403 when it does not entitle or was refunded. \
+            With the receipt gate it takes App Store Server Notifications V2 at POST /notifications \
+            (REFUND and REVOKE revoke a transaction, REFUND_REVERSED reinstates it), recorded in \
+            <storage>/origin.sqlite. Prints the bound port (a `listening` event with --json); \
+            SIGTERM or SIGINT stop it gracefully. Limits by default: a request head within 10 s, \
+            30 s idle, 1024 connections.
             """
     )
 
@@ -39,11 +43,27 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("limit-rate"), help: "Hold each package response to this many bytes per second.")
     var limitRate: Int64?
 
+    @Option(name: .customLong("header-timeout"), help: "Seconds a client has to send a complete request head (default 10).")
+    var headerTimeout: Double?
+
+    @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may wait without a request part (default 30).")
+    var idleTimeout: Double?
+
+    @Option(name: .customLong("max-connections"), help: "Open connections at most; more get 503 and are closed (default 1024).")
+    var maxConnections: Int?
+
+    @Option(name: .customLong("max-token-age"), help: "Refuse (401) signed transactions signed longer ago than this many seconds (default: no limit).")
+    var maxTokenAge: Double?
+
     @OptionGroup var receipts: ReceiptOptions
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         if let limitRate, limitRate <= 0 { throw ValidationError("--limit-rate must be positive") }
+        for (name, value) in [("--header-timeout", headerTimeout), ("--idle-timeout", idleTimeout), ("--max-token-age", maxTokenAge)] {
+            if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds") }
+        }
+        if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
     }
 
     func run() async throws {
@@ -54,13 +74,17 @@ struct ServeCommand: AsyncParsableCommand {
             else {
                 throw CourierError(.usage, "\(contentDirectory.path) is not a folder", hint: "run `courier prestage --dest DIR` first")
             }
-            let configuration = OriginConfiguration(
+            var configuration = OriginConfiguration(
                 contentDirectory: contentDirectory,
                 catalogFile: catalog.map { URL(fileURLWithPath: $0).standardizedFileURL },
                 host: host,
                 port: port,
                 rateLimit: limitRate
             )
+            if let headerTimeout { configuration.requestHeadTimeout = headerTimeout }
+            if let idleTimeout { configuration.idleTimeout = idleTimeout }
+            if let maxConnections { configuration.maxConnections = maxConnections }
+            if let maxTokenAge { configuration.maxTokenAge = maxTokenAge }
             let json = global.json
             var logger = Logger(label: "courier.origin") { label in
                 json ? NDJSONLogHandler(label: label, descriptor: STDERR_FILENO) as any LogHandler : StreamLogHandler.standardError(label: label)
@@ -69,10 +93,11 @@ struct ServeCommand: AsyncParsableCommand {
             let accessLog = Logger(label: "courier.access") { label in
                 json ? NDJSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardOutput(label: label)
             }
-            let gate = try makeGate(configuration: try global.loadConfiguration())
+            let (gate, notifications) = try makeGate(configuration: try global.loadConfiguration(), origin: configuration)
             let origin = ContentOrigin(
                 configuration: configuration,
                 gate: gate,
+                notifications: notifications,
                 logger: logger,
                 accessLog: accessLog
             ) { boundPort in
@@ -103,9 +128,13 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     /// The receipt gate (trust roots, bundle id, environments from the configuration and the
-    /// receipt options), or the public gate with `--public`.
-    private func makeGate(configuration: CourierConfiguration) throws -> any AccessGate {
-        if `public` { return PublicAccessGate() }
+    /// receipt options) with the notification receiver that feeds it refunds (state in the
+    /// storage root), or the public gate with `--public` and no notifications.
+    private func makeGate(
+        configuration: CourierConfiguration,
+        origin: OriginConfiguration
+    ) throws -> (any AccessGate, NotificationReceiver?) {
+        if `public` { return (PublicAccessGate(), nil) }
         var configuration = configuration
         receipts.apply(to: &configuration)
         guard !configuration.receipts.trustRoots.isEmpty else {
@@ -122,6 +151,8 @@ struct ServeCommand: AsyncParsableCommand {
             environments: configuration.receipts.environments,
             clockSkew: configuration.receipts.clockSkew
         )
-        return ReceiptAccessGate(verifier: verifier)
+        let store = try OriginStateStore(directory: global.layout.root)
+        let gate = ReceiptAccessGate(verifier: verifier, revocations: store, maxTokenAge: origin.maxTokenAge)
+        return (gate, NotificationReceiver(verifier: verifier, store: store))
     }
 }

@@ -1,6 +1,7 @@
 import Courier
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -19,17 +20,32 @@ public struct ContentOrigin: Service {
     ///   - logger: the server's own log (start, stop, errors).
     ///   - accessLog: one `info` entry per request with `http.*` metadata, `content-id` and
     ///     `transaction-id`; never a token.
+    ///   - notifications: answers `POST /notifications` (App Store Server Notifications V2); nil
+    ///     leaves that path 404.
     public init(
         configuration: OriginConfiguration,
         gate: any AccessGate,
+        notifications: NotificationReceiver? = nil,
         logger: Logger,
         accessLog: Logger,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) {
         self.configuration = configuration
-        let responder = OriginResponder(configuration: configuration, gate: gate, accessLog: accessLog)
+        let responder = OriginResponder(configuration: configuration, gate: gate, notifications: notifications, accessLog: accessLog)
+        let headTimeout = configuration.requestHeadTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) }
+        let idleTimeout = configuration.idleTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) }
+        let limiter = configuration.maxConnections.map { ConnectionLimiter(maximum: $0) }
+        let server = HTTPServerBuilder { responder in
+            GuardedHTTP1Channel(
+                inner: HTTP1Channel(responder: responder, configuration: .init(idleTimeout: idleTimeout)),
+                headTimeout: headTimeout,
+                limiter: limiter,
+                drainTimeout: .nanoseconds(Int64(max(0, configuration.shutdownGracePeriod) * 1e9))
+            )
+        }
         self.application = Application(
             responder: responder,
+            server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: "courier"

@@ -19,6 +19,24 @@ public struct OriginConfiguration: Sendable {
     /// Bytes per second each package response is held to (nginx's `limit_rate`), or nil for no
     /// limit (the default).
     public var rateLimit: Int64?
+    /// Seconds a client has to send a complete request head, from the connection opening or from
+    /// the first byte of a later request on a kept-alive connection; the connection is closed
+    /// after that. nil for no deadline. Default 10.
+    public var requestHeadTimeout: Double?
+    /// Seconds a connection may stay without reading a request part (waiting for the next
+    /// request, or between the pieces of a slow head or body) before it is closed; a response
+    /// being sent is never cut by it. nil for none. Default 30.
+    public var idleTimeout: Double?
+    /// Open connections at most; one beyond that gets `503` with `Connection: close` and is
+    /// closed at once. nil for no cap. Default 1024.
+    public var maxConnections: Int?
+    /// Seconds after its `signedDate` the receipt gate still takes a signed transaction; older
+    /// ones get 401 with a hint to present a fresh one. nil (the default) for no limit.
+    public var maxTokenAge: Double?
+
+    public static let defaultRequestHeadTimeout: Double = 10
+    public static let defaultIdleTimeout: Double = 30
+    public static let defaultMaxConnections = 1024
 
     public init(
         contentDirectory: URL,
@@ -27,7 +45,11 @@ public struct OriginConfiguration: Sendable {
         port: Int = 0,
         chunkSize: Int = 1 << 20,
         shutdownGracePeriod: Double = 10,
-        rateLimit: Int64? = nil
+        rateLimit: Int64? = nil,
+        requestHeadTimeout: Double? = OriginConfiguration.defaultRequestHeadTimeout,
+        idleTimeout: Double? = OriginConfiguration.defaultIdleTimeout,
+        maxConnections: Int? = OriginConfiguration.defaultMaxConnections,
+        maxTokenAge: Double? = nil
     ) {
         self.contentDirectory = contentDirectory.standardizedFileURL
         self.catalogFile = catalogFile ?? contentDirectory.appendingPathComponent("catalog.json")
@@ -36,5 +58,9 @@ public struct OriginConfiguration: Sendable {
         self.chunkSize = chunkSize
         self.shutdownGracePeriod = shutdownGracePeriod
         self.rateLimit = rateLimit
+        self.requestHeadTimeout = requestHeadTimeout
+        self.idleTimeout = idleTimeout
+        self.maxConnections = maxConnections
+        self.maxTokenAge = maxTokenAge
     }
 }

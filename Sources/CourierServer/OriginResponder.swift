@@ -4,21 +4,25 @@ import Hummingbird
 import Logging
 import NIOCore
 
-/// Answers the origin's requests: `/health`, `/catalog.json` (ETag, 304) and the packages the
-/// catalog lists (gate, then GET/HEAD with a single byte range, If-Range, If-None-Match, 416),
-/// streamed from disk. Writes one access-log entry per request, after its body was sent.
+/// Answers the origin's requests: `/health`, `/catalog.json` (ETag, 304), the packages the
+/// catalog lists (gate, then GET/HEAD with a single byte range, If-Range, If-None-Match, 416,
+/// streamed from disk) and `POST /notifications` (App Store Server Notifications V2) when the
+/// origin has a `NotificationReceiver`. Writes one access-log entry per request, after its body
+/// was sent.
 struct OriginResponder: HTTPResponder {
     typealias Context = BasicRequestContext
 
     let configuration: OriginConfiguration
     let catalogSource: CatalogSource
     let gate: any AccessGate
+    let notifications: NotificationReceiver?
     let accessLog: Logger
 
-    init(configuration: OriginConfiguration, gate: any AccessGate, accessLog: Logger) {
+    init(configuration: OriginConfiguration, gate: any AccessGate, notifications: NotificationReceiver?, accessLog: Logger) {
         self.configuration = configuration
         self.catalogSource = CatalogSource(file: configuration.catalogFile)
         self.gate = gate
+        self.notifications = notifications
         self.accessLog = accessLog
     }
 
@@ -52,6 +56,9 @@ struct OriginResponder: HTTPResponder {
     }
 
     private func route(_ request: Request, context: BasicRequestContext, entry: inout AccessEntry) async -> Response {
+        if request.uri.path == "/notifications", let notifications {
+            return await notification(request, receiver: notifications, entry: &entry)
+        }
         guard request.method == .get || request.method == .head else {
             var response = Self.error(.methodNotAllowed, code: "methodNotAllowed", "only GET and HEAD are served")
             response.headers[.allow] = "GET, HEAD"
@@ -95,6 +102,34 @@ struct OriginResponder: HTTPResponder {
             return Self.error(.notFound, code: "notFound", "\(path) is listed but not staged")
         }
         return fileResponse(file, request: request, context: context, contentType: "application/zip")
+    }
+
+    /// `POST /notifications`: reads at most `ServerNotification.maximumBodyLength` bytes and
+    /// hands them to the receiver (413 beyond that).
+    private func notification(_ request: Request, receiver: NotificationReceiver, entry: inout AccessEntry) async -> Response {
+        guard request.method == .post else {
+            var response = Self.error(.methodNotAllowed, code: "methodNotAllowed", "notifications are POSTed")
+            response.headers[.allow] = "POST"
+            return response
+        }
+        let limit = ServerNotification.maximumBodyLength
+        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit {
+            return Self.error(.contentTooLarge, code: "tooLarge", "a notification body is at most \(limit) bytes")
+        }
+        var body = Data()
+        do {
+            for try await buffer in request.body {
+                guard body.count + buffer.readableBytes <= limit else {
+                    return Self.error(.contentTooLarge, code: "tooLarge", "a notification body is at most \(limit) bytes")
+                }
+                body.append(contentsOf: buffer.readableBytesView)
+            }
+        } catch {
+            return Self.error(.badRequest, code: "badRequest", "the notification body could not be read")
+        }
+        let answer = await receiver.receive(body: body)
+        entry.subject = answer.transactionId
+        return Self.json(HTTPResponse.Status(code: answer.status), answer.body)
     }
 
     private func catalogResponse(_ published: PublishedCatalog, request: Request) -> Response {

@@ -79,13 +79,22 @@ final class RunningOrigin: Sendable {
     let group: ServiceGroup
     let task: Task<Void, any Error>
 
-    static func start(content: URL, gate: any AccessGate, chunkSize: Int = 1 << 20) async throws -> RunningOrigin {
+    static func start(
+        content: URL,
+        gate: any AccessGate,
+        chunkSize: Int = 1 << 20,
+        notifications: NotificationReceiver? = nil,
+        configure: (inout OriginConfiguration) -> Void = { _ in }
+    ) async throws -> RunningOrigin {
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         var logger = Logger(label: "test.origin")
         logger.logLevel = .critical
+        var configuration = OriginConfiguration(contentDirectory: content, port: 0, chunkSize: chunkSize)
+        configure(&configuration)
         let origin = ContentOrigin(
-            configuration: OriginConfiguration(contentDirectory: content, port: 0, chunkSize: chunkSize),
+            configuration: configuration,
             gate: gate,
+            notifications: notifications,
             logger: logger,
             accessLog: logger
         ) { port in

@@ -1,0 +1,291 @@
+import Foundation
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTPTypes
+
+/// Counts the origin's open connections against a cap, shared by all event loops.
+final class ConnectionLimiter: @unchecked Sendable {  // @unchecked: `open` is guarded by `lock`.
+    let maximum: Int
+    private let lock = NSLock()
+    private var open = 0
+
+    init(maximum: Int) {
+        self.maximum = maximum
+    }
+
+    /// Takes a slot; false when all `maximum` are taken.
+    func acquire() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard open < maximum else { return false }
+        open += 1
+        return true
+    }
+
+    func release() {
+        lock.lock()
+        open -= 1
+        lock.unlock()
+    }
+
+    var count: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return open
+    }
+}
+
+/// The first handler of each connection (raw bytes, before the HTTP decoder): holds the
+/// connection cap and the request-head deadline.
+///
+/// - Cap: a connection beyond `limiter.maximum` gets `503` with `Connection: close` and is
+///   closed at once, so the origin never holds more descriptors than the cap (plus those being
+///   turned away) however many clients connect.
+/// - Head deadline: a request head must be complete within `headTimeout` of the connection
+///   opening, or of the first byte of a later request on a kept-alive connection; otherwise the
+///   connection is closed (a client that sends half a head and waits, "slowloris", holds
+///   nothing for long). Waiting between requests is the idle timeout's business
+///   (`HTTPConnectionStateHandler`), and so is a slow body.
+///
+/// `RequestPartObserver`, after the decoder, tells it when a head arrived and a response ended.
+final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// Where the connection is in its request cycle.
+    enum State {
+        /// Before `channelActive`.
+        case initial
+        /// Bytes of a head may be arriving; the deadline runs.
+        case readingHead
+        /// A head arrived; the request is being answered.
+        case inRequest
+        /// Between requests on a kept-alive connection; no deadline until the next byte.
+        case idle
+        /// Turned away by the cap, or closed by the deadline.
+        case closing
+    }
+
+    let headTimeout: TimeAmount?
+    let limiter: ConnectionLimiter?
+    let logger: Logger
+    private(set) var state = State.initial
+    private var holdsSlot = false
+    private var deadline: Scheduled<Void>?
+    private var context: ChannelHandlerContext?
+
+    init(headTimeout: TimeAmount?, limiter: ConnectionLimiter?, logger: Logger) {
+        self.headTimeout = headTimeout
+        self.limiter = limiter
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { start(context) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        finish()
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch state {
+        case .closing:
+            return  // turned away: nothing it sends is read
+        case .idle:
+            state = .readingHead
+            armDeadline(context)
+        case .initial, .readingHead, .inRequest:
+            break
+        }
+        context.fireChannelRead(data)
+    }
+
+    /// The decoder produced a request head: the deadline is met.
+    func headReceived() {
+        guard state != .closing else { return }
+        state = .inRequest
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    /// A response ended: the connection waits for the next request.
+    func responseEnded() {
+        guard state == .inRequest else { return }
+        state = .idle
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        guard state == .initial else { return }
+        if let limiter {
+            guard limiter.acquire() else {
+                state = .closing
+                logger.debug("connection refused: the origin holds its maximum of \(limiter.maximum) connections")
+                let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                    + "Connection: close\r\nContent-Length: \(Self.busyBody.utf8.count)\r\n\r\n" + Self.busyBody
+                let buffer = context.channel.allocator.buffer(string: text)
+                context.writeAndFlush(wrapOutboundOut(buffer)).assumeIsolated().whenComplete { _ in
+                    context.close(promise: nil)
+                }
+                return
+            }
+            holdsSlot = true
+        }
+        state = .readingHead
+        armDeadline(context)
+    }
+
+    static let busyBody = #"{"error":"busy","message":"the origin holds its maximum number of connections","status":"503"}"#
+
+    private func armDeadline(_ context: ChannelHandlerContext) {
+        guard let headTimeout else { return }
+        deadline?.cancel()
+        deadline = context.eventLoop.assumeIsolated().scheduleTask(in: headTimeout) { [weak self] in
+            guard let self, self.state == .readingHead, let context = self.context else { return }
+            self.state = .closing
+            self.logger.debug("connection closed: no complete request head within \(headTimeout)")
+            context.close(promise: nil)
+        }
+    }
+
+    private func finish() {
+        deadline?.cancel()
+        deadline = nil
+        if holdsSlot {
+            holdsSlot = false
+            limiter?.release()
+        }
+    }
+}
+
+/// Sits after the HTTP decoder: tells the `ConnectionGuardHandler` when a request head has
+/// arrived and when a response has ended, and keeps a close from cutting a finished response.
+///
+/// NIO's `close()` drops writes still queued in the channel, and Hummingbird closes a connection
+/// right after writing a response's end when it shuts down gracefully (or when the idle timer
+/// fires after the end was written): with a client slower than the socket buffers, the tail of
+/// a response it had fully produced was lost (curl: exit 18, partial file). So a full close that
+/// comes while a response's end is still queued waits until that end has reached the socket
+/// (its write promise), at most `drainTimeout`, then closes.
+final class RequestPartObserver: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    let guardHandler: ConnectionGuardHandler
+    let drainTimeout: TimeAmount
+    /// Response ends written into the pipeline whose write has not completed yet.
+    private var unflushedEnds = 0
+    /// A full close waiting for `unflushedEnds` to reach 0.
+    private var deferredClose: (promise: EventLoopPromise<Void>?, timer: Scheduled<Void>)?
+
+    init(guardHandler: ConnectionGuardHandler, drainTimeout: TimeAmount) {
+        self.guardHandler = guardHandler
+        self.drainTimeout = drainTimeout
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head = unwrapInboundIn(data) { guardHandler.headReceived() }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard case .end = unwrapOutboundIn(data) else {
+            context.write(data, promise: promise)
+            return
+        }
+        guardHandler.responseEnded()
+        unflushedEnds += 1
+        let written = promise ?? context.eventLoop.makePromise(of: Void.self)
+        written.futureResult.assumeIsolated().whenComplete { [weak self] _ in
+            guard let self else { return }
+            self.unflushedEnds -= 1
+            if self.unflushedEnds == 0 { self.performDeferredClose(context) }
+        }
+        context.write(data, promise: written)
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        guard mode == .all, unflushedEnds > 0 else {
+            context.close(mode: mode, promise: promise)
+            return
+        }
+        if let deferredClose {
+            // Already waiting: this close completes with that one.
+            if let promise { deferredClose.promise?.futureResult.cascade(to: promise) ?? promise.succeed() }
+            return
+        }
+        context.flush()
+        let timer = context.eventLoop.assumeIsolated().scheduleTask(in: drainTimeout) { [weak self] in
+            guard let self else { return }
+            self.performDeferredClose(context)
+        }
+        deferredClose = (promise, timer)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        performDeferredClose(context)
+        context.fireChannelInactive()
+    }
+
+    private func performDeferredClose(_ context: ChannelHandlerContext) {
+        guard let pending = deferredClose else { return }
+        deferredClose = nil
+        pending.timer.cancel()
+        context.close(mode: .all, promise: pending.promise)
+    }
+}
+
+@available(*, unavailable)
+extension ConnectionGuardHandler: Sendable {}
+
+@available(*, unavailable)
+extension RequestPartObserver: Sendable {}
+
+/// Hummingbird's HTTP/1.1 child channel with the origin's guard in front: the connection cap and
+/// the request-head deadline (`ConnectionGuardHandler`), and closes that let a finished
+/// response reach the socket first (`RequestPartObserver`); Hummingbird's idle timeout stays.
+struct GuardedHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
+    typealias Value = HTTP1Channel.Value
+
+    let inner: HTTP1Channel
+    let headTimeout: TimeAmount?
+    let limiter: ConnectionLimiter?
+    /// How long a close waits for a finished response to reach the socket.
+    let drainTimeout: TimeAmount
+
+    var responder: HTTPChannelHandler.Responder { inner.responder }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        let headTimeout = headTimeout
+        let limiter = limiter
+        let drainTimeout = drainTimeout
+        return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            let operations = channel.pipeline.syncOperations
+            let guardHandler = ConnectionGuardHandler(headTimeout: headTimeout, limiter: limiter, logger: logger)
+            let stateHandler = try operations.handler(type: HTTPConnectionStateHandler.self)
+            try operations.addHandler(RequestPartObserver(guardHandler: guardHandler, drainTimeout: drainTimeout), position: .before(stateHandler))
+            try operations.addHandler(guardHandler, position: .first)
+            return value
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await inner.handle(value: value, logger: logger)
+    }
+}

@@ -1,0 +1,210 @@
+import Courier
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the origin keeps across restarts: the App Store Server Notifications it applied and the
+/// transactions they revoked (`<storage>/origin.sqlite`, owner-only, SQLite with synchronous =
+/// FULL so a recorded notification is on disk before the origin answers 200).
+///
+/// The set of revoked transaction ids is also held in memory (loaded at open, updated after each
+/// commit) so the gate asks no database on a download. One origin process owns the file.
+public final class OriginStateStore: Sendable {
+    public let url: URL
+    let queue: DatabaseQueue
+    private let revoked: RevokedSet
+
+    /// What applying a notification did.
+    public enum Outcome: String, Sendable, Equatable {
+        /// The transaction is now recorded as revoked (`REFUND`, `REVOKE`).
+        case revoked
+        /// A revocation was cleared (`REFUND_REVERSED`).
+        case reinstated
+        /// A notification type the origin does not act on, or one older than the last applied
+        /// for its transaction; acknowledged and recorded as seen.
+        case ignored
+        /// This `notificationUUID` was applied before; nothing changed.
+        case duplicate
+    }
+
+    /// Opens (creating if needed) the state file in `directory`, which is created owner-only
+    /// (0700) if missing; the file is created 0600 before SQLite opens it.
+    public init(directory: URL) throws {
+        try Self.makeOwnerOnlyFolder(directory)
+        url = directory.appendingPathComponent("origin.sqlite")
+        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if descriptor >= 0 {
+            close(descriptor)
+        } else if errno != EEXIST {
+            throw CourierError(.io, "cannot create \(url.path)", cause: String(cString: strerror(errno)))
+        }
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        do {
+            queue = try DatabaseQueue(path: url.path, configuration: configuration)
+            var migrator = DatabaseMigrator()
+            migrator.registerMigration("notifications-v1") { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE notifications (
+                            notificationUUID TEXT PRIMARY KEY NOT NULL,
+                            notificationType TEXT NOT NULL,
+                            subtype TEXT,
+                            transactionId TEXT,
+                            signedDate INTEGER,
+                            receivedAt INTEGER NOT NULL
+                        );
+                        CREATE TABLE transactionStatus (
+                            transactionId TEXT PRIMARY KEY NOT NULL,
+                            originalTransactionId TEXT NOT NULL,
+                            productId TEXT NOT NULL,
+                            revoked INTEGER NOT NULL,
+                            notificationType TEXT NOT NULL,
+                            notificationUUID TEXT NOT NULL,
+                            signedDate INTEGER NOT NULL,
+                            updatedAt INTEGER NOT NULL
+                        );
+                        """
+                )
+            }
+            try migrator.migrate(queue)
+            let ids = try queue.read { db in
+                try String.fetchAll(db, sql: "SELECT transactionId FROM transactionStatus WHERE revoked = 1")
+            }
+            revoked = RevokedSet(Set(ids))
+        } catch let error as CourierError {
+            throw error
+        } catch {
+            throw CourierError(.io, "cannot open the origin's state \(url.path)", cause: "\(error)")
+        }
+    }
+
+    /// Whether an App Store notification revoked `transactionId` (and no later one reversed it).
+    public func isRevoked(_ transactionId: String) -> Bool {
+        revoked.contains(transactionId)
+    }
+
+    /// Applies a verified notification in one durable transaction: `REFUND` and `REVOKE` mark its
+    /// transaction revoked, `REFUND_REVERSED` clears that; a `notificationUUID` seen before
+    /// changes nothing; a notification signed before the last one applied to its transaction
+    /// (Apple does not promise order) is recorded but does not change the transaction's status.
+    public func apply(_ verified: VerifiedServerNotification, now: Date = Date()) throws -> Outcome {
+        let notification = verified.notification
+        let type = notification.notificationType
+        let transaction = verified.transaction
+        let signed = notification.signedDate.map { Self.milliseconds($0) } ?? Self.milliseconds(now)
+        let outcome: Outcome
+        do {
+            outcome = try queue.write { db -> Outcome in
+                let seen = try Bool.fetchOne(
+                    db, sql: "SELECT 1 FROM notifications WHERE notificationUUID = ?", arguments: [notification.notificationUUID]
+                ) ?? false
+                if seen { return .duplicate }
+                try db.execute(
+                    sql: """
+                        INSERT INTO notifications (notificationUUID, notificationType, subtype, transactionId, signedDate, receivedAt)
+                        VALUES (?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        notification.notificationUUID, type, notification.subtype, transaction?.transactionId,
+                        notification.signedDate.map { Self.milliseconds($0) }, Self.milliseconds(now),
+                    ]
+                )
+                guard let transaction, let revoke = Self.revokes(type) else { return .ignored }
+                let last = try Int64.fetchOne(
+                    db, sql: "SELECT signedDate FROM transactionStatus WHERE transactionId = ?", arguments: [transaction.transactionId]
+                )
+                if let last, last > signed { return .ignored }
+                try db.execute(
+                    sql: """
+                        INSERT INTO transactionStatus
+                            (transactionId, originalTransactionId, productId, revoked, notificationType, notificationUUID, signedDate, updatedAt)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (transactionId) DO UPDATE SET
+                            revoked = excluded.revoked, notificationType = excluded.notificationType,
+                            notificationUUID = excluded.notificationUUID, signedDate = excluded.signedDate,
+                            updatedAt = excluded.updatedAt
+                        """,
+                    arguments: [
+                        transaction.transactionId, transaction.originalTransactionId, transaction.productId, revoke,
+                        type, notification.notificationUUID, signed, Self.milliseconds(now),
+                    ]
+                )
+                return revoke ? .revoked : .reinstated
+            }
+        } catch {
+            throw CourierError(.io, "cannot record the notification in \(url.path)", cause: "\(error)")
+        }
+        if let transaction {
+            switch outcome {
+            case .revoked: revoked.insert(transaction.transactionId)
+            case .reinstated: revoked.remove(transaction.transactionId)
+            case .ignored, .duplicate: break
+            }
+        }
+        return outcome
+    }
+
+    /// Whether a notification type revokes (true), reinstates (false) or is ignored (nil).
+    static func revokes(_ type: String) -> Bool? {
+        switch type {
+        case "REFUND", "REVOKE": return true
+        case "REFUND_REVERSED": return false
+        default: return nil
+        }
+    }
+
+    static func milliseconds(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+
+    /// Creates `folder` with mode 0700 if missing (mkdir can only lose bits to the umask).
+    static func makeOwnerOnlyFolder(_ folder: URL) throws {
+        var info = Glibc.stat()
+        if stat(folder.path, &info) == 0 {
+            guard info.st_mode & S_IFMT == S_IFDIR else { throw CourierError(.io, "\(folder.path) is not a folder") }
+            return
+        }
+        let parent = folder.deletingLastPathComponent()
+        if parent.path != folder.path, stat(parent.path, &info) != 0 {
+            try makeOwnerOnlyFolder(parent)
+        }
+        guard mkdir(folder.path, 0o700) == 0 || errno == EEXIST else {
+            throw CourierError(.io, "cannot create \(folder.path)", cause: String(cString: strerror(errno)))
+        }
+    }
+}
+
+/// The revoked transaction ids, shared by the gate's requests and the notification handler.
+final class RevokedSet: @unchecked Sendable {  // @unchecked: `ids` is guarded by `lock`.
+    private let lock = NSLock()
+    private var ids: Set<String>
+
+    init(_ ids: Set<String>) {
+        self.ids = ids
+    }
+
+    func contains(_ id: String) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return ids.contains(id)
+    }
+
+    func insert(_ id: String) {
+        lock.lock()
+        ids.insert(id)
+        lock.unlock()
+    }
+
+    func remove(_ id: String) {
+        lock.lock()
+        ids.remove(id)
+        lock.unlock()
+    }
+}

@@ -1,0 +1,236 @@
+import Courier
+import CourierServer
+import CourierTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A raw TCP connection to the origin, for clients that misbehave (half a request head, then
+/// silence). Blocking calls; run them off Swift's cooperative pool (`offPool`).
+final class RawConnection: @unchecked Sendable {  // @unchecked: used by one test thread at a time.
+    let descriptor: Int32
+
+    init(port: Int) throws {
+        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw CourierError.posix("socket", path: "127.0.0.1:\(port)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            let error = CourierError.posix("connect", path: "127.0.0.1:\(port)")
+            Glibc.close(descriptor)
+            throw error
+        }
+    }
+
+    deinit { Glibc.close(descriptor) }
+
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { throw CourierError.posix("send", path: "socket") }
+            offset += n
+        }
+    }
+
+    /// Reads until the server closes the connection (EOF or reset) or `timeout` seconds pass
+    /// with nothing new; returns what arrived and whether the connection was closed.
+    func readUntilClosed(timeout: Double) -> (bytes: Data, closed: Bool) {
+        var received = Data()
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        while true {
+            let ready = poll(&poller, 1, Int32(timeout * 1000))
+            if ready < 0, errno == EINTR { continue }
+            guard ready > 0 else { return (received, false) }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = recv(descriptor, &buffer, buffer.count, 0)
+            if n > 0 {
+                received.append(contentsOf: buffer[0..<n])
+                continue
+            }
+            if n < 0, errno == EINTR { continue }
+            return (received, true)  // 0: EOF; < 0: reset
+        }
+    }
+
+    /// Whether anything (bytes or a close) is waiting to be read right now.
+    var hasPendingInput: Bool {
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        return poll(&poller, 1, 0) > 0
+    }
+}
+
+@Suite("ContentOrigin limits: request-head deadline, idle timeout, connection cap")
+struct OriginLimitsTests {
+    static let pack = "com.example.levels.pack1"
+    /// What a slowloris client sends: the start of a head that never ends.
+    static let halfHead = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+
+    private func fixture() throws -> ContentFixture {
+        var fixture = try ContentFixture()
+        try fixture.addPackage(Self.pack, size: 10_000)
+        try fixture.publishCatalog(products: [Self.pack])
+        return fixture
+    }
+
+    @Test("200 connections that send half a head are closed by the head deadline; others are served meanwhile")
+    func slowHeadsAreClosed() async throws {
+        let fixture = try fixture()
+        defer { fixture.folder.remove() }
+        // No idle timeout: only the head deadline can close them.
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
+            $0.requestHeadTimeout = 2
+            $0.idleTimeout = nil
+        }
+        let port = origin.port
+        let slow = try await offPool {
+            try (0..<200).map { _ in
+                let connection = try RawConnection(port: port)
+                try connection.send(Self.halfHead)
+                return connection
+            }
+        }
+        // The origin answers a well-behaved client while they hang.
+        let served = try await CurlExchange.run(origin.url(ContentFixture.path(Self.pack)))
+        #expect(served.status == 200)
+        #expect(served.body == fixture.packages[Self.pack])
+        // Each is closed, without an answer, well within a generous bound.
+        let results = try await offPool { slow.map { $0.readUntilClosed(timeout: 30) } }
+        let stillOpen = results.filter { !$0.closed }.count
+        #expect(stillOpen == 0, "\(stillOpen) of 200 still open")
+        #expect(results.allSatisfy { $0.bytes.isEmpty })
+        // A head that arrives in time is answered, kept alive, and its connection is not cut by
+        // the deadline while idle (no idle timeout here).
+        let kept = try await offPool { () -> (Data, Bool) in
+            let connection = try RawConnection(port: port)
+            try connection.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            let answer = connection.readUntilClosed(timeout: 4)
+            return (answer.bytes, answer.closed)
+        }
+        #expect(String(decoding: kept.0, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        #expect(!kept.1, "an idle kept-alive connection is the idle timeout's business, not the head deadline's")
+        try await origin.stop()
+    }
+
+    @Test("a kept-alive connection that starts a second head and stalls is closed by the deadline")
+    func slowSecondHead() async throws {
+        let fixture = try fixture()
+        defer { fixture.folder.remove() }
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
+            $0.requestHeadTimeout = 1
+            $0.idleTimeout = nil
+        }
+        let port = origin.port
+        let (first, closed) = try await offPool { () -> (Data, Bool) in
+            let connection = try RawConnection(port: port)
+            try connection.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            // The answer arrives; then half of a second head.
+            var poller = pollfd(fd: connection.descriptor, events: Int16(POLLIN), revents: 0)
+            _ = poll(&poller, 1, 30_000)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = recv(connection.descriptor, &buffer, buffer.count, 0)
+            try connection.send(Self.halfHead)
+            let rest = connection.readUntilClosed(timeout: 30)
+            return (Data(buffer[0..<max(0, n)]), rest.closed)
+        }
+        #expect(String(decoding: first, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        #expect(closed)
+        try await origin.stop()
+    }
+
+    @Test("the idle timeout closes a connection that sends nothing, and one idle after its answer")
+    func idleConnectionsAreClosed() async throws {
+        let fixture = try fixture()
+        defer { fixture.folder.remove() }
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
+            $0.requestHeadTimeout = nil
+            $0.idleTimeout = 1
+        }
+        let port = origin.port
+        let (silent, idle) = try await offPool { () -> (Bool, (Data, Bool)) in
+            let silent = try RawConnection(port: port)
+            let idle = try RawConnection(port: port)
+            try idle.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            let answered = idle.readUntilClosed(timeout: 30)
+            return (silent.readUntilClosed(timeout: 30).closed, (answered.bytes, answered.closed))
+        }
+        #expect(silent)
+        #expect(String(decoding: idle.0, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        #expect(idle.1)
+        try await origin.stop()
+    }
+
+    @Test("the connection cap: connections beyond it get 503 and are closed; the origin serves again once slots free")
+    func connectionCap() async throws {
+        let fixture = try fixture()
+        defer { fixture.folder.remove() }
+        // No deadlines: the holders stay until they leave, so the count is exact.
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
+            $0.requestHeadTimeout = nil
+            $0.idleTimeout = nil
+            $0.maxConnections = 5
+        }
+        let port = origin.port
+        let connections = try await offPool {
+            try (0..<8).map { _ in
+                let connection = try RawConnection(port: port)
+                try connection.send(Self.halfHead)
+                return connection
+            }
+        }
+        // Exactly three are turned away with 503 and closed; five are held, unanswered.
+        let (answers, refusedIndices) = try await offPool { () -> ([(Data, Bool)], Set<Int>) in
+            var answers: [(Data, Bool)] = []
+            let deadline = Date().addingTimeInterval(30)
+            var refused = 0
+            var seen = Set<Int>()
+            while refused < 3, Date() < deadline {
+                for (index, connection) in connections.enumerated() where !seen.contains(index) && connection.hasPendingInput {
+                    let answer = connection.readUntilClosed(timeout: 30)
+                    answers.append((answer.bytes, answer.closed))
+                    seen.insert(index)
+                    refused += 1
+                }
+                usleep(10_000)
+            }
+            return (answers, seen)
+        }
+        #expect(answers.count == 3)
+        for (bytes, closed) in answers {
+            #expect(String(decoding: bytes, as: UTF8.self).hasPrefix("HTTP/1.1 503"))
+            #expect(closed)
+        }
+        let answeredHolders = connections.indices.filter { !refusedIndices.contains($0) && connections[$0].hasPendingInput }.count
+        #expect(answeredHolders == 0, "the held connections get nothing")
+        // While the five slots are held, a new client is turned away too.
+        let busy = try await CurlExchange.run(origin.url("health"))
+        #expect(busy.status == 503)
+        #expect(busy.json?["error"] as? String == "busy")
+        // The holders leave: the origin serves again (the server notices the closes shortly).
+        withExtendedLifetime(connections) {}
+        let freed = try await offPool { () -> Int in
+            for connection in connections { shutdown(connection.descriptor, Int32(SHUT_RDWR)) }
+            let deadline = Date().addingTimeInterval(30)
+            var status = 0
+            while Date() < deadline {
+                status = (try? CurlExchange.runBlocking("http://127.0.0.1:\(port)/health", []))?.status ?? 0
+                if status == 200 { break }
+                usleep(50_000)
+            }
+            return status
+        }
+        #expect(freed == 200)
+        try await origin.stop()
+    }
+}
