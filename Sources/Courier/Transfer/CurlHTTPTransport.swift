@@ -73,32 +73,35 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
         try configureCommon(easy, url: request.url, configuration: configuration, connectTimeout: request.timeout)
-        _ = courier_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout * 1000))
-        _ = courier_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, "")
-        _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
+        try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(request.timeout * 1000)), "CURLOPT_TIMEOUT_MS")
+        try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_ACCEPT_ENCODING, ""), "CURLOPT_ACCEPT_ENCODING")
+        try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1"), "CURLOPT_USERAGENT")
         let method = request.method.uppercased()
         switch method {
         case "GET":
             break
         case "HEAD":
-            _ = courier_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
+            try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_NOBODY, 1), "CURLOPT_NOBODY")
         default:
             if method != "POST" {
-                _ = courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+                try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method), "CURLOPT_CUSTOMREQUEST")
             }
         }
         if let body = request.body {
-            _ = courier_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
-            body.withUnsafeBytes { raw in
+            try CurlOption.check(
+                courier_easy_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)), "CURLOPT_POSTFIELDSIZE_LARGE")
+            try body.withUnsafeBytes { raw in
                 // COPYPOSTFIELDS copies the bytes (using the size set just above).
                 if let base = raw.baseAddress, raw.count > 0 {
-                    _ = courier_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base))
+                    try CurlOption.check(
+                        courier_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: base)),
+                        "CURLOPT_COPYPOSTFIELDS")
                 } else {
-                    _ = courier_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, "")
+                    try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, ""), "CURLOPT_COPYPOSTFIELDS")
                 }
             }
             if method == "GET" {
-                _ = courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, "GET")
+                try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, "GET"), "CURLOPT_CUSTOMREQUEST")
             }
         }
         var list: UnsafeMutablePointer<curl_slist>?
@@ -108,7 +111,7 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
         // No "Expect: 100-continue" round trip for small bodies.
         list = curl_slist_append(list, "Expect:")
         headerList = list
-        _ = courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+        try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list)), "CURLOPT_HTTPHEADER")
     }
 
     override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {

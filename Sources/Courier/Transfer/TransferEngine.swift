@@ -328,7 +328,7 @@ public final class TransferEngine: Sendable {
         var status = stat()
         var exists = lstat(path, &status) == 0
         if exists && status.st_mode & S_IFMT == S_IFLNK {
-            logger.notice("a symlink stood at the partial file: replaced, not followed", metadata: ["file": "\(path)"])
+            logger.debug("a symlink stood at the partial file: replaced, not followed", metadata: ["file": "\(path)"])
             guard unlink(path) == 0 || errno == ENOENT else { throw CourierError.posix("remove", path: path) }
             exists = false
         }
