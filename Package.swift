@@ -15,6 +15,9 @@ let package = Package(
     products: [
         .library(name: "Courier", targets: ["Courier"]),
         .executable(name: "courier", targets: ["CourierCLI"]),
+        // The parsers of untrusted bytes as fuzz targets; `scripts/fuzz` links this library into a
+        // libFuzzer driver (Tests/Fuzz/Driver), so it is a dynamic library holding its dependencies.
+        .library(name: "CourierFuzzTargets", type: .dynamic, targets: ["CourierFuzzTargets"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -97,11 +100,19 @@ let package = Package(
             path: "Tests/CourierTestSupport",
             swiftSettings: strict
         ),
+        // One entry point per parser of untrusted bytes (Tests/Fuzz/README.md).
+        .target(
+            name: "CourierFuzzTargets",
+            dependencies: ["Courier", "CourierServer"],
+            path: "Tests/Fuzz/Targets",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "CourierTests",
             dependencies: [
                 "Courier",
                 "CourierTestSupport",
+                "CourierFuzzTargets",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -1,0 +1,132 @@
+import Foundation
+
+@testable import Courier
+@testable import CourierServer
+
+/// The parsers of untrusted bytes, one fuzz target each (issue 10, "Fuzz every parser").
+///
+/// `scripts/fuzz` links this module into a libFuzzer driver (`Tests/Fuzz/Driver/main.swift`)
+/// built with `-sanitize=fuzzer,address`; the test suite replays every committed input under
+/// `Tests/Fuzz/Regressions/TARGET/` through the same entry points, so CI runs the inputs the
+/// fuzzers found, not the fuzzers. A target may throw (that is a refusal, the expected answer to
+/// garbage); it must never trap, hang or read out of bounds.
+public enum FuzzTargets {
+    /// The target names, as `scripts/fuzz TARGET` and the regression folders spell them.
+    public static let names: [String] = [
+        "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
+        "notification",
+    ]
+
+    /// Feeds `data` to the parser `name`; returns false for an unknown name.
+    @discardableResult
+    public static func run(_ name: String, _ data: Data) -> Bool {
+        switch name {
+        case "zip": zip(data)
+        case "jws": jws(data)
+        case "verify-receipt": verifyReceipt(data)
+        case "range": range(data)
+        case "agent": agent(data)
+        case "catalog": catalog(data)
+        case "content-info": contentInfo(data)
+        case "journal": journal(data)
+        case "notification": notification(data)
+        default: return false
+        }
+        return true
+    }
+
+    /// A compact JWS and the transaction payload inside it, up to the `format` checks (shape,
+    /// ES256, an `x5c` array, the payload's fields); the chain and signature checks run on
+    /// swift-certificates' and swift-crypto's parsers.
+    static func jws(_ data: Data) {
+        guard let decoded = try? SignedTransactionVerifier.decodeUnverified(data) else { return }
+        _ = decoded.jws.certificateChain
+        _ = try? decoded.payload.json()
+    }
+
+    /// A verifyReceipt answer, as if each endpoint had sent it.
+    static func verifyReceipt(_ data: Data) {
+        guard let response = VerifyReceiptResponse(body: data) else { return }
+        for endpoint in [VerifyReceiptResponse.Endpoint.production, .sandbox] {
+            _ = response.environment(answeredBy: endpoint)
+            _ = try? response.transactions(
+                answeredBy: endpoint, bundleId: "com.example.app", environments: ["Production", "Sandbox"])
+        }
+    }
+
+    /// A `Range` header against a few representation lengths and one the input chooses (its
+    /// first 8 bytes); every partial answer must lie inside the representation.
+    static func range(_ data: Data) {
+        let bytes = [UInt8](data)
+        func check(_ request: ByteRangeRequest, _ length: Int64) {
+            if case .partial(let bounds) = request {
+                precondition(bounds.lowerBound >= 0 && bounds.upperBound < length, "range outside the representation")
+            }
+        }
+        for length: Int64 in [0, 1, 1000, Int64.max] {
+            check(ByteRangeRequest(headerBytes: bytes, length: length), length)
+        }
+        var chosen: Int64 = 0
+        for (index, byte) in bytes.prefix(8).enumerated() { chosen |= Int64(byte) << (8 * Int64(index)) }
+        check(ByteRangeRequest.parse(fuzzInput: bytes), chosen)
+    }
+
+    /// A resume journal file, as `courier get` and the queue load it (validated: no control
+    /// characters in validators, offsets within bounds, an http(s) URL).
+    static func journal(_ data: Data) {
+        guard let journal = try? ResumeJournal.decodeJournalFile(data) else { return }
+        precondition(journal.durableOffset >= 0, "a loaded journal has a negative offset")
+        if let total = journal.totalLength { precondition(journal.durableOffset <= total, "offset past the total") }
+    }
+
+    /// A `POST /notifications` body (App Store Server Notifications V2), decoded but not verified.
+    static func notification(_ data: Data) {
+        _ = try? ServerNotification.decode(body: data)
+    }
+
+    /// One line of the agent's control protocol, as the agent decodes it from a client.
+    static func agent(_ data: Data) {
+        _ = try? AgentWire.decode(AgentRequest.self, from: data)
+    }
+
+    /// A whole package file: the zip's end records, central directory and local headers, then
+    /// the package rules `inspect` applies before anything is unpacked.
+    static func zip(_ data: Data) {
+        guard let directory = try? ZipDirectory.parse([UInt8](data)) else { return }
+        _ = try? directory.check(PackageConfiguration())
+    }
+
+    /// A catalog document.
+    static func catalog(_ data: Data) {
+        guard let catalog = try? Catalog.decode(data) else { return }
+        for product in catalog.products {
+            if let content = product.content {
+                _ = Catalog.resolve(content.url, relativeTo: URL(string: "https://cdn.example.com/catalog.json"))
+            }
+        }
+    }
+
+    /// A package's ContentInfo.plist.
+    static func contentInfo(_ data: Data) {
+        _ = try? ContentInfo.parse(data)
+    }
+}
+
+/// The fuzz target named by `COURIER_FUZZ_TARGET`, read once.
+private let environmentTarget: String? = {
+    guard let name = ProcessInfo.processInfo.environment["COURIER_FUZZ_TARGET"], FuzzTargets.names.contains(name) else {
+        return nil
+    }
+    return name
+}()
+
+/// One libFuzzer input for the target `COURIER_FUZZ_TARGET` names (the driver's only call).
+@_cdecl("courier_fuzz_one")
+public func courierFuzzOne(_ bytes: UnsafePointer<UInt8>?, _ count: Int) -> Int32 {
+    guard let target = environmentTarget else {
+        fatalError("set COURIER_FUZZ_TARGET to one of \(FuzzTargets.names.joined(separator: ", "))")
+    }
+    let data = bytes.map { Data(bytes: $0, count: count) } ?? Data()
+    FuzzTargets.run(target, data)
+    return 0
+}
