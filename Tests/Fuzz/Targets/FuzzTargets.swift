@@ -14,7 +14,7 @@ public enum FuzzTargets {
     /// The target names, as `scripts/fuzz TARGET` and the regression folders spell them.
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
-        "notification",
+        "notification", "response-head",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -30,6 +30,7 @@ public enum FuzzTargets {
         case "content-info": contentInfo(data)
         case "journal": journal(data)
         case "notification": notification(data)
+        case "response-head": responseHead(data)
         default: return false
         }
         return true
@@ -77,6 +78,24 @@ public enum FuzzTargets {
         guard let journal = try? ResumeJournal.decodeJournalFile(data) else { return }
         precondition(journal.durableOffset >= 0, "a loaded journal has a negative offset")
         if let total = journal.totalLength { precondition(journal.durableOffset <= total, "offset past the total") }
+    }
+
+    /// A download's response head as libcurl hands it over line by line (status line, fields),
+    /// then the decision taken on it for a request from 0 and for a resumed one: a partial answer
+    /// may only be accepted where it continues the bytes asked for.
+    static func responseHead(_ data: Data) {
+        let text = String(decoding: data, as: UTF8.self)
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        guard !lines.isEmpty, let status = HTTPHeaderLine.status(lines.removeFirst()) else { return }
+        var head = DownloadResponseHead(status: status)
+        for line in lines {
+            guard let (name, value) = HTTPHeaderLine.field(line) else { continue }
+            head.record(name: name.lowercased(), value: value)
+        }
+        let url = URL(string: "https://cdn.example.com/p.zip")!
+        for (offset, total) in [(Int64(0), Int64?.none), (1000, 5000), (Int64(1) << 62, nil)] {
+            _ = ResponseDecision.decide(head, requestedOffset: offset, knownTotal: total, url: url)
+        }
     }
 
     /// A `POST /notifications` body (App Store Server Notifications V2), decoded but not verified.
