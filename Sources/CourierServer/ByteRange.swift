@@ -13,8 +13,10 @@ public enum ByteRangeRequest: Sendable, Equatable {
     /// Nothing of the representation can be served (416 with `Content-Range: bytes */length`).
     case unsatisfiable
 
-    /// Interprets `header` against a representation of `length` bytes.
+    /// Interprets `header` against a representation of `length` bytes (a negative length is
+    /// taken as 0).
     public init(header: String?, length: Int64) {
+        let length = max(0, length)
         guard let header else {
             self = .whole
             return
@@ -61,6 +63,20 @@ public enum ByteRangeRequest: Sendable, Equatable {
             return
         }
         self = .partial(start...end)
+    }
+
+    /// Interprets a `Range` header value given as raw bytes (as it came off the wire; invalid
+    /// UTF-8 is replaced, which no valid range contains).
+    package init(headerBytes: [UInt8], length: Int64) {
+        self.init(header: String(decoding: headerBytes, as: UTF8.self), length: length)
+    }
+
+    /// The fuzz entry point: the first 8 bytes of `input` (little-endian) are the representation's
+    /// length, the rest the header value. Pure; never traps.
+    package static func parse(fuzzInput input: [UInt8]) -> ByteRangeRequest {
+        var length: Int64 = 0
+        for (index, byte) in input.prefix(8).enumerated() { length |= Int64(byte) << (8 * Int64(index)) }
+        return ByteRangeRequest(headerBytes: Array(input.dropFirst(8)), length: length)
     }
 
     /// A non-negative decimal integer, or nil (signs, spaces inside and overflow are refused).

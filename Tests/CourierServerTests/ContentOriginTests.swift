@@ -286,5 +286,17 @@ struct ByteRangeRequestTests {
         #expect(ByteRangeRequest(header: "bytes=5-2", length: 10) == .whole)
         #expect(ByteRangeRequest(header: "bytes=+1-2", length: 10) == .whole)
         #expect(ByteRangeRequest(header: "bytes=99999999999999999999-", length: 10) == .whole)
+        #expect(ByteRangeRequest(header: "bytes=0-", length: -5) == .unsatisfiable)
+        #expect(ByteRangeRequest(header: "bytes=0-", length: .min) == .unsatisfiable)
+    }
+
+    @Test("the fuzz entry: length from the first 8 bytes, the header from the rest; hostile input never traps")
+    func fuzzEntry() {
+        let ten: [UInt8] = [10, 0, 0, 0, 0, 0, 0, 0]
+        #expect(ByteRangeRequest.parse(fuzzInput: ten + Array("bytes=2-4".utf8)) == .partial(2...4))
+        #expect(ByteRangeRequest.parse(fuzzInput: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF] + Array("bytes=-1".utf8)) == .unsatisfiable)
+        #expect(ByteRangeRequest.parse(fuzzInput: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F] + Array("bytes=-1".utf8)) == .partial(Int64.max - 1...Int64.max - 1))
+        #expect(ByteRangeRequest.parse(fuzzInput: []) == .whole)
+        #expect(ByteRangeRequest.parse(fuzzInput: ten + [0x62, 0xC3, 0x28]) == .whole)
     }
 }
