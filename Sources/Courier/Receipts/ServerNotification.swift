@@ -73,8 +73,8 @@ public struct ServerNotification: Sendable, Equatable {
         version = try string(object, "version")
         switch object["signedDate"] {
         case nil, is NSNull: signedDate = nil
-        case let number as NSNumber where number.doubleValue.isFinite:
-            signedDate = Date(timeIntervalSince1970: number.doubleValue / 1000)
+        case let number as NSNumber where SignedTransactionPayload.date(milliseconds: number.doubleValue) != nil:
+            signedDate = SignedTransactionPayload.date(milliseconds: number.doubleValue)
         default: throw ReceiptCheck.format.failure("the notification's signedDate is not milliseconds since 1970")
         }
         let payloadData: [String: Any]

@@ -70,6 +70,17 @@ public struct SignedTransactionPayload: Sendable, Equatable {
     }
 
     /// Reads a payload, failing with the `format` check on a missing or mistyped field.
+    /// 10000-01-01T00:00:00Z in milliseconds: the latest date a payload may carry.
+    static let latestMilliseconds: Double = 253_402_300_800_000
+
+    /// The date `milliseconds` since 1970 names, or nil for a number no App Store date is
+    /// (negative, NaN, infinite, past the year 10000): such a number would trap when written
+    /// back as an `Int64` of milliseconds.
+    package static func date(milliseconds: Double) -> Date? {
+        guard milliseconds.isFinite, milliseconds >= 0, milliseconds <= latestMilliseconds else { return nil }
+        return Date(timeIntervalSince1970: milliseconds / 1000)
+    }
+
     public init(json data: Data) throws {
         guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
             throw ReceiptCheck.format.failure("the payload is not a JSON object")
@@ -84,15 +95,22 @@ public struct SignedTransactionPayload: Sendable, Equatable {
             default: throw ReceiptCheck.format.failure("the payload has no valid \(key)")
             }
         }
+        // Milliseconds since 1970, between 1970 and the year 10000: anything else (negative, NaN,
+        // 1e20) is not a date Apple signs, and would trap when written back as an Int64.
         func date(_ key: String) throws -> Date? {
             guard let raw = object[key], !(raw is NSNull) else { return nil }
+            let milliseconds: Double?
             if let number = raw as? NSNumber {
-                return Date(timeIntervalSince1970: number.doubleValue / 1000)
+                milliseconds = number.doubleValue
+            } else if let text = raw as? String {
+                milliseconds = Double(text)
+            } else {
+                milliseconds = nil
             }
-            if let text = raw as? String, let milliseconds = Double(text) {
-                return Date(timeIntervalSince1970: milliseconds / 1000)
+            guard let milliseconds, let date = Self.date(milliseconds: milliseconds) else {
+                throw ReceiptCheck.format.failure("the payload's \(key) is not milliseconds since 1970")
             }
-            throw ReceiptCheck.format.failure("the payload's \(key) is not milliseconds since 1970")
+            return date
         }
         func requiredDate(_ key: String) throws -> Date {
             guard let value = try date(key) else { throw ReceiptCheck.format.failure("the payload has no \(key)") }

@@ -131,7 +131,6 @@ package struct VerifyReceiptResponse {
         case let number as NSNumber: milliseconds = number.doubleValue
         default: milliseconds = nil
         }
-        guard let milliseconds, milliseconds.isFinite else { return nil }
-        return Date(timeIntervalSince1970: milliseconds / 1000)
+        return milliseconds.flatMap { SignedTransactionPayload.date(milliseconds: $0) }
     }
 }

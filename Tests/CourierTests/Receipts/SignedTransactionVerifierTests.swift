@@ -425,6 +425,27 @@ struct ReceiptValidatorFileTests {
         }
     }
 
+    @Test("dates outside 1970…10000 fail the format check instead of trapping when written back (fuzz finding)")
+    func datesOutOfRange() async throws {
+        let chain = try TestSigningChain()
+        let verifier = makeVerifier(trusting: [chain])
+        for bad: Any in [1.687e20, -1, Double.greatestFiniteMagnitude, "1e300", "-5"] {
+            for key in ["purchaseDate", "signedDate", "expiresDate", "revocationDate"] {
+                var payload = TestSigningChain.payload()
+                payload[key] = bad
+                let data = try JSONSerialization.data(withJSONObject: payload)
+                let error = await courierError { _ = try SignedTransactionPayload(json: data) }
+                #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format, "\(key) = \(bad)")
+                #expect(await rejectedCheck(try chain.token(payload), by: verifier) == .format, "\(key) = \(bad)")
+            }
+        }
+        // The largest date accepted still writes back.
+        var latest = TestSigningChain.payload()
+        latest["expiresDate"] = 253_402_300_800_000
+        let decoded = try SignedTransactionPayload(json: try JSONSerialization.data(withJSONObject: latest))
+        #expect(try SignedTransactionPayload(json: try decoded.json()) == decoded)
+    }
+
     @Test("a missing trusted root file is a usage error; empty and binary files fail the format check")
     func badInputs() async throws {
         let folder = try TemporaryDirectory()
