@@ -19,6 +19,7 @@ struct ContentListCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { out in
+            _ = try global.existingLayout()  // reading never creates a store
             let placer = try ContentPlacer.forCLI(global: global, configuration: try global.loadConfiguration())
             try placer.recover()
             let contents = try placer.list()
@@ -31,8 +32,14 @@ struct ContentListCommand: AsyncParsableCommand {
                 out.emit(encodable: Listing(content: contents, backupExclusion: support))
                 return
             }
-            for item in contents {
-                out.line("\(item.contentIdentifier)\t\(item.version)\t\(item.placement.rawValue)\t\(item.size)\t\(item.path)")
+            if contents.isEmpty {
+                out.line("No delivered content.")
+            } else {
+                var table = [["CONTENT", "VERSION", "PLACEMENT", "SIZE", "PATH"]]
+                for item in contents {
+                    table.append([item.contentIdentifier, item.version, item.placement.rawValue, QueueFormat.bytes(item.size), item.path])
+                }
+                for line in QueueFormat.align(table) { out.line(line) }
             }
             out.line("backup exclusion of Documents: \(support)")
         }
@@ -53,6 +60,7 @@ struct ContentPathCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { out in
+            _ = try global.existingLayout()  // reading never creates a store
             let placer = try ContentPlacer.forCLI(global: global, configuration: try global.loadConfiguration())
             guard let content = try placer.content(product) else {
                 throw CourierError(.notFound, "no delivered content \(product.debugDescription)")
@@ -77,6 +85,7 @@ struct ContentDeleteCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { out in
+            _ = try global.existingLayout()  // reading never creates a store
             let placer = try ContentPlacer.forCLI(global: global, configuration: try global.loadConfiguration())
             try placer.recover()
             try placer.delete(product)

@@ -11,8 +11,14 @@ struct CourierCommand: AsyncParsableCommand {
         discussion: """
             Exit codes: 0 done; 1 failure; 2 usage; 3 receipt invalid or not entitled; \
             4 insufficient disk space; 5 network failure after retries; \
-            6 integrity failure or hostile package; 7 paused or interrupted (resumable).
+            6 integrity failure or hostile package; 7 paused or interrupted (resumable). A file named on the command line that cannot be read \
+            (--config, --receipt, --trust-root) is a usage error: exit 2, one line naming it. \
+            Storage: --storage, else COURIER_STORAGE, else ./Storage where it exists, else \
+            $XDG_DATA_HOME/courier. Configuration: --config, else COURIER_CONFIG, else \
+            ./Config/courier.json where it exists, else $XDG_CONFIG_HOME/courier/courier.json. \
+            Version \(CourierVersion.current).
             """,
+        version: CourierVersion.current,
         subcommands: [
             DeliverCommand.self,
             GetCommand.self,
@@ -36,6 +42,11 @@ struct CourierCommand: AsyncParsableCommand {
     /// Runs the command, ending with exit code 2 (DESIGN.md) rather than ArgumentParser's 64 on
     /// a usage error.
     static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments == ["--version"] || arguments == ["-V"] {
+            print("courier \(CourierVersion.current)")
+            return
+        }
         // Everything Courier creates (state, partial files, journals, catalogs, content) is the
         // user's alone from its first byte: no file is ever created readable by others and then
         // chmodded (DESIGN.md, "Secure by default").
@@ -49,11 +60,30 @@ struct CourierCommand: AsyncParsableCommand {
             }
         } catch {
             if exitCode(for: error) == .validationFailure {
-                let message = fullMessage(for: error)
+                var message = fullMessage(for: error)
+                if let hint = subcommandSuggestion(arguments) { message += "\n" + hint }
                 FileHandle.standardError.write(Data((message + "\n").utf8))
                 Foundation.exit(2)
             }
             exit(withError: error)
         }
+    }
+
+    /// "Did you mean 'list'?" when the first word that is not an option names no subcommand
+    /// (at the top level, or under a command with subcommands such as `content`) but is close
+    /// to one.
+    static func subcommandSuggestion(_ arguments: [String]) -> String? {
+        var command: any ParsableCommand.Type = CourierCommand.self
+        for word in arguments where !word.hasPrefix("-") {
+            let subcommands = command.configuration.subcommands
+            if subcommands.isEmpty { return nil }
+            let names = subcommands.compactMap { $0.configuration.commandName }
+            if let next = subcommands.first(where: { $0.configuration.commandName == word }) {
+                command = next
+                continue
+            }
+            return Spelling.suggestion(for: word, among: names).map { "Did you mean '\($0)'?" }
+        }
+        return nil
     }
 }

@@ -57,9 +57,7 @@ final class DeliveryRuntime: Sendable {
     let logger: Logger
 
     init(global: GlobalOptions, configuration: CourierConfiguration) throws {
-        var logger = Logger(label: "courier")
-        let level = ProcessInfo.processInfo.environment["COURIER_LOG"].flatMap { Logger.Level(rawValue: $0) }
-        logger.logLevel = level ?? .critical
+        let logger = global.logger("courier", default: .critical)
         self.logger = logger
         let layout = global.layout
         let store = try StateStore(layout: layout)
@@ -159,7 +157,7 @@ final class DeliveryRuntime: Sendable {
             }
             for download in summary.unfinished {
                 let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0))" } ?? ""
-                output.note("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)")
+                output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)")
             }
         }
         if interrupted {

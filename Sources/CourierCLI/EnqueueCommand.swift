@@ -20,7 +20,7 @@ struct EnqueueCommand: AsyncParsableCommand {
             receiptOptions.apply(to: &configuration)
             if let catalog = purchase.catalog { configuration.catalog = catalog }
             if let agent = AgentRoute.client(global) {  // hand the purchase to the running agent
-                let receipt = try Data(contentsOf: URL(fileURLWithPath: purchase.receiptFile))
+                let receipt = try ReceiptValidator.readReceipt(URL(fileURLWithPath: purchase.receiptFile))
                 let answer = try agent.send(
                     AgentRequest(
                         .enqueue, receipt: receipt, catalog: AgentRoute.absoluteCatalog(purchase.catalog),

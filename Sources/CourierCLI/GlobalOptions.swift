@@ -1,26 +1,58 @@
 import ArgumentParser
 import Courier
 import Foundation
+import Logging
 
 /// Options every subcommand accepts (DESIGN.md, "Command-line contract").
 struct GlobalOptions: ParsableArguments {
-    @Option(name: .long, help: "The data root (default ./Storage, or COURIER_STORAGE).")
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The data root. Else COURIER_STORAGE, else ./Storage where it exists, else $XDG_DATA_HOME/courier (~/.local/share/courier).",
+            valueName: "dir"))
     var storage: String?
 
-    @Option(name: .long, help: "The configuration file (default ./Config/courier.json, or COURIER_CONFIG).")
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The configuration file. Else COURIER_CONFIG, else ./Config/courier.json where it exists, else $XDG_CONFIG_HOME/courier/courier.json (~/.config/courier).",
+            valueName: "file"))
     var config: String?
 
     @Flag(name: .long, help: "Machine-readable output: one JSON document, or NDJSON events.")
     var json = false
 
+    @Flag(name: .shortAndLong, help: "Only errors and results: no notes, no progress, no logs below error.")
+    var quiet = false
+
+    @Flag(name: .shortAndLong, help: "Informational logs on standard error.")
+    var verbose = false
+
+    func validate() throws {
+        if quiet && verbose { throw ValidationError("give --quiet or --verbose, not both") }
+    }
+
     /// The storage layout these options name. An existing root that others may enter is made
     /// owner-only (it holds signed transactions), with a one-line note on standard error.
     var layout: StorageLayout {
         let layout = StorageLayout.resolve(explicit: storage)
-        if let previous = try? layout.secureRoot() {
+        if let previous = try? layout.secureRoot(), !quiet {
             let note = "courier: made \(layout.root.path) owner-only (mode 0700, was \(String(previous, radix: 8))): "
                 + "it holds signed purchases\n"
             FileHandle.standardError.write(Data(note.utf8))
+        }
+        return layout
+    }
+
+    /// The layout of an existing store, for commands that only read (list, status, content
+    /// list/path, pause/resume/cancel/discard by id): they never create one, so a mistyped
+    /// `--storage` or another working directory is an error, not a fresh empty store.
+    func existingLayout() throws -> StorageLayout {
+        let layout = layout
+        guard layout.storeExists else {
+            throw CourierError(
+                .notFound, "no Courier store at \(layout.root.path)",
+                hint: "name one with --storage DIR or COURIER_STORAGE (docs/cli.md, \"Where Courier keeps things\")")
         }
         return layout
     }
@@ -32,6 +64,21 @@ struct GlobalOptions: ParsableArguments {
         }
         let environment = ProcessInfo.processInfo.environment
         let file = CourierConfiguration.defaultFile(environment: environment)
-        return try CourierConfiguration.load(file: file, required: environment["COURIER_CONFIG"] != nil)
+        return try CourierConfiguration.load(file: file, required: !(environment["COURIER_CONFIG"] ?? "").isEmpty)
+    }
+
+    /// The level of every logger a command makes (the one place it is decided): `--verbose`
+    /// gives info, `--quiet` error, else `COURIER_LOG` names it, else the command's default.
+    func logLevel(default fallback: Logger.Level) -> Logger.Level {
+        if verbose { return min(fallback, .info) }
+        if quiet { return max(fallback, .error) }
+        return ProcessInfo.processInfo.environment["COURIER_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? fallback
+    }
+
+    /// A logger on standard error at `logLevel(default:)`.
+    func logger(_ label: String, default fallback: Logger.Level) -> Logger {
+        var logger = Logger(label: label)
+        logger.logLevel = logLevel(default: fallback)
+        return logger
     }
 }

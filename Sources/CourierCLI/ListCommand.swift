@@ -106,11 +106,10 @@ struct QueueListing: Encodable {
 
 extension GlobalOptions {
     /// The payment queue over this storage's state database, with the configured queue settings.
+    /// It must exist: the commands that open it only read or change what is there.
     func openQueue() throws -> PaymentQueue {
         let configuration = try loadConfiguration()
-        var logger = Logger(label: "courier")
-        logger.logLevel = .warning
-        return try PaymentQueue(layout: layout, configuration: configuration.queue, logger: logger)
+        return try PaymentQueue(layout: existingLayout(), configuration: configuration.queue, logger: logger("courier", default: .warning))
     }
 }
 
@@ -125,7 +124,7 @@ enum QueueFormat {
         if d.state == .paused, let reason = d.pauseReason, reason != "user" { state += " (\(reason))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         let active = d.state == .active
-        let error = d.errorCode.map { "\($0.rawValue): \(d.errorMessage ?? "")" } ?? "-"
+        let error = errorText(d)
         var owner = "-"
         if let lease = entry.lease {
             owner = "\(lease.owner.pid)@\(lease.owner.host)" + (entry.ownerAlive == true ? "" : " (dead)")
@@ -138,6 +137,14 @@ enum QueueFormat {
             String(error.prefix(60)),
             owner,
         ]
+    }
+
+    /// The ERROR cell: the code and message, once ("network: …", not "paused: paused: …"). A
+    /// pause is no error: its reason is in the STATE cell already.
+    static func errorText(_ d: DownloadRecord) -> String {
+        guard let code = d.errorCode, code != .paused, d.state != .paused else { return "-" }
+        guard let message = d.errorMessage, !message.isEmpty else { return code.rawValue }
+        return message.hasPrefix(code.rawValue + ":") ? message : "\(code.rawValue): \(message)"
     }
 
     static func align(_ table: [[String]]) -> [String] {

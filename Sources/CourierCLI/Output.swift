@@ -18,8 +18,12 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     /// How many lines the transient status block on standard error has now (0: none drawn).
     private var statusLines = 0
 
-    init(json: Bool) {
+    /// `--quiet`: no transient status, no notes (`info`); errors and results still print.
+    let quiet: Bool
+
+    init(json: Bool, quiet: Bool = false) {
         self.json = json
+        self.quiet = quiet
         self.stderrIsTerminal = isatty(STDERR_FILENO) == 1
         self.stdoutIsTerminal = isatty(STDOUT_FILENO) == 1
     }
@@ -32,6 +36,11 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     /// Prints a line of text to standard error.
     func note(_ text: String) {
         write(text + "\n", to: STDERR_FILENO)
+    }
+
+    /// Prints an informational note to standard error, unless `--quiet`.
+    func info(_ text: String) {
+        if !quiet { note(text) }
     }
 
     /// Prints one JSON value as a single line (an NDJSON event or the final document).
@@ -59,7 +68,7 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     /// Draws a transient block of status lines on the terminal (standard error), replacing the
     /// block drawn last. Lines should fit the terminal (`terminalColumns`), or the block drifts.
     func statusBlock(_ lines: [String]) {
-        guard stderrIsTerminal, !json, !lines.isEmpty else { return }
+        guard stderrIsTerminal, !json, !quiet, !lines.isEmpty else { return }
         lock.withLock {
             // Back to the first column of the block drawn last, clear to the end of the screen.
             var text = "\r" + (statusLines > 1 ? "\u{1B}[\(statusLines - 1)A" : "") + "\u{1B}[J"
@@ -139,7 +148,7 @@ extension GlobalOptions {
     /// Runs `body`, turning a thrown error into its message and the exit code of DESIGN.md.
     /// Usage errors from ArgumentParser (ValidationError) pass through unchanged.
     func run(_ body: (Output) async throws -> Void) async throws {
-        let output = Output(json: json)
+        let output = Output(json: json, quiet: quiet)
         do {
             try await body(output)
         } catch let error as ValidationError {

@@ -77,8 +77,7 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
             guard let location = catalog ?? configuration.catalog else {
                 throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
             }
-            var logger = Logger(label: "courier.catalog")
-            logger.logLevel = .warning
+            let logger = global.logger("courier.catalog", default: .warning)
             let loaded = try await CatalogLoader(transport: transport, layout: global.layout, logger: logger).load(
                 location,
                 relativeTo: catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory)

@@ -38,7 +38,7 @@ struct ResumeCommand: AsyncParsableCommand {
             if let agent = AgentRoute.client(global) {  // a running agent resumes and delivers them
                 let changed = try AgentRoute.control(agent, .resume, id: id, all: all, stalled: stalled)
                 QueueControl.report(output, verb: "resumed", changed: changed)
-                if !changed.isEmpty && !output.json { output.note("courier: the agent delivers them (see `courier list`)") }
+                if !changed.isEmpty && !output.json { output.info("courier: the agent delivers them (see `courier list`)") }
                 return
             }
             let queue = try global.openQueue()

@@ -65,7 +65,8 @@ struct StatusCommand: AsyncParsableCommand {
             if d.state == .active {
                 output.line("    rate \(QueueFormat.bytes(Int64(d.rate)))/s  ETA \(QueueFormat.duration(d.timeRemaining))")
             }
-            if let code = d.errorCode { output.line("    error \(code.rawValue): \(d.errorMessage ?? "")") }
+            let error = QueueFormat.errorText(d)
+            if error != "-" { output.line("    error \(error)") }
             if let lease = entry.lease {
                 output.line("    owner \(lease.owner.pid)@\(lease.owner.host)\(entry.ownerAlive == true ? "" : " (dead)")")
             }

@@ -110,7 +110,9 @@ public final class CourierAgent: Service, Sendable {
             case CourierError.Code.network.rawValue, CourierError.Code.leased.rawValue:
                 // The network may be back; a process that held the partial file may be gone.
                 let attempts = retries.attempts(download.id)
-                let delay = min(options.maxRetryBackoff, options.retryBackoff * pow(2, Double(min(attempts, 30))))
+                let delay = Backoff(initial: options.retryBackoff, maximum: options.maxRetryBackoff, jitter: false)
+                    .delay(attempt: attempts + 1)
+
                 guard now.timeIntervalSince(download.updatedAt) >= delay else { continue }
                 retries.record(download.id)
                 logger.info("retrying", metadata: ["reason": "\(reason ?? "")", "attempt": "\(attempts + 1)"])

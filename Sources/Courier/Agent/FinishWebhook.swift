@@ -136,7 +136,8 @@ public final class FinishWebhook: FinishNotifying, Sendable {
                 failure = "not a URL: \(item.url)"
             }
             let attempts = item.attempts + 1
-            let delay = min(maxBackoff, initialBackoff * pow(2, Double(min(attempts - 1, 30))))
+            let delay = Backoff(initial: initialBackoff, maximum: maxBackoff, jitter: false).delay(attempt: attempts)
+
             let stamp = Date().timeIntervalSince1970
             let outcome = failure
             do {

@@ -256,8 +256,9 @@ public final class DeliveryPipeline: Sendable {
 
     private func notifyFinished(_ transaction: TransactionRecord) async {
         guard let notifier else { return }
-        var delay: UInt64 = 200_000_000
+        let backoff = Backoff(initial: 0.2, maximum: 3.2, jitter: false)
         for attempt in 1...5 {
+
             do {
                 try await notifier.transactionFinished(transaction)
                 return
@@ -266,8 +267,8 @@ public final class DeliveryPipeline: Sendable {
                     "finish notification failed",
                     metadata: ["transaction-id": "\(transaction.id)", "attempt": "\(attempt)", "error": "\(error)"])
                 if Task.isCancelled { return }
-                try? await Task.sleep(nanoseconds: delay)
-                delay *= 2
+                try? await Task.sleep(nanoseconds: UInt64(backoff.delay(attempt: attempt) * 1e9))
+
             }
         }
     }

@@ -165,8 +165,8 @@ public struct LegacyReceiptClient: Sendable {
     }
 
     private func backoff(attempt: Int, reason: String) async throws {
-        let base = configuration.verifyReceipt.retryDelay * pow(2, Double(attempt))
-        let delay = min(base, 30) * Double.random(in: 0.5...1.0)
+        let delay = Backoff(initial: configuration.verifyReceipt.retryDelay, maximum: 30).delay(attempt: attempt + 1)
+
         logger.debug("verifyReceipt: retrying", metadata: ["reason": "\(reason)", "delay": "\(delay)"])
         do {
             try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))

@@ -143,7 +143,7 @@ public struct ReceiptValidator: Sendable {
         do {
             handle = try FileHandle(forReadingFrom: url)
         } catch {
-            throw CourierError(.usage, "cannot read the receipt \(url.path)", cause: "\(error)")
+            throw CourierError.unreadable("the receipt", path: url.path, error: error)
         }
         defer { try? handle.close() }
         do {

@@ -16,12 +16,9 @@ public enum TrustRoots {
         do {
             data = try Data(contentsOf: file)
         } catch {
-            throw CourierError(
-                .usage,
-                "cannot read the trusted root \(file.path)",
-                cause: "\(error)",
-                hint: "pass a DER or PEM certificate with --trust-root, or fix receipts.trustRoots"
-            )
+            var unreadable = CourierError.unreadable("the trusted root", path: file.path, error: error)
+            unreadable.hint = "pass a DER or PEM certificate with --trust-root, or fix receipts.trustRoots"
+            throw unreadable
         }
         if let text = String(data: data, encoding: .utf8), text.contains("-----BEGIN") {
             let blocks = pemBlocks(text)
@@ -34,7 +31,8 @@ public enum TrustRoots {
         do {
             return [try Certificate(derEncoded: Array(data))]
         } catch {
-            throw CourierError(.usage, "\(file.path) is not a DER or PEM certificate", cause: "\(error)")
+            // The parser's error names its own source line (ASN1Error…: ASN1.swift:202): not for users.
+            throw CourierError(.usage, "the trusted root \(file.path) is not a DER or PEM certificate")
         }
     }
 

@@ -2,7 +2,8 @@ import Foundation
 
 /// Where Courier keeps its data: the storage layout of DESIGN.md under one root folder.
 ///
-/// The root is `./Storage` by default, `COURIER_STORAGE` when set, or `--storage DIR`.
+/// The root is `--storage DIR`, else `COURIER_STORAGE`, else `./Storage` where it exists, else
+/// `$XDG_DATA_HOME/courier` (`resolve`).
 /// `prepare()` creates the folders owner-only and the `CACHEDIR.TAG` at the root of `Caches/`.
 /// The root holds signed transactions (bearer tokens for the origin), so it is 0700: created so,
 /// and tightened when an existing root lets others in (`secureRoot()`).
@@ -13,13 +14,42 @@ public struct StorageLayout: Sendable, Hashable {
         self.root = root.standardizedFileURL
     }
 
-    /// The root named by `explicit`, else `COURIER_STORAGE`, else `./Storage`.
+    /// The root named by `explicit` (`--storage`), else `COURIER_STORAGE`, else `./Storage` when
+    /// that folder exists (the project's demo store), else `$XDG_DATA_HOME/courier` (by default
+    /// `~/.local/share/courier`). See docs/cli.md, "Where Courier keeps things".
     public static func resolve(
         explicit: String?,
-        environment: [String: String] = ProcessInfo.processInfo.environment
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        currentDirectory: String = FileManager.default.currentDirectoryPath
     ) -> StorageLayout {
-        let path = explicit ?? environment["COURIER_STORAGE"] ?? "Storage"
-        return StorageLayout(root: URL(fileURLWithPath: path, isDirectory: true))
+        if let path = explicit ?? environment["COURIER_STORAGE"], !path.isEmpty {
+            return StorageLayout(root: URL(fileURLWithPath: path, isDirectory: true))
+        }
+        let local = URL(fileURLWithPath: currentDirectory, isDirectory: true).appendingPathComponent("Storage", isDirectory: true)
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: local.path, isDirectory: &isFolder), isFolder.boolValue {
+            return StorageLayout(root: local)
+        }
+        if let data = xdgFolder("XDG_DATA_HOME", fallback: ".local/share", environment: environment) {
+            return StorageLayout(root: data.appendingPathComponent("courier", isDirectory: true))
+        }
+        return StorageLayout(root: local)
+    }
+
+    /// `$NAME` when it is an absolute path (the XDG Base Directory rule: a relative one is
+    /// ignored), else `$HOME/fallback`; nil without either.
+    public static func xdgFolder(_ name: String, fallback: String, environment: [String: String]) -> URL? {
+        if let value = environment[name], value.hasPrefix("/") {
+            return URL(fileURLWithPath: value, isDirectory: true)
+        }
+        guard let home = environment["HOME"], home.hasPrefix("/") else { return nil }
+        return URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(fallback, isDirectory: true)
+    }
+
+    /// Whether a store exists at this root (its state database does). Commands that only read
+    /// never create one.
+    public var storeExists: Bool {
+        FileManager.default.fileExists(atPath: stateDatabase.path)
     }
 
     /// The SQLite store: transactions, downloads with their resume journal, delivered content.

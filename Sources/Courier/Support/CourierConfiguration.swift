@@ -49,11 +49,20 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         queue = try container.decode(.queue, or: defaults.queue)
     }
 
-    /// The default configuration file: `COURIER_CONFIG`, else `./Config/courier.json`.
+    /// The default configuration file: `COURIER_CONFIG`, else `./Config/courier.json` when it
+    /// exists (the project's demo configuration), else `$XDG_CONFIG_HOME/courier/courier.json`
+    /// (by default `~/.config/courier/courier.json`). See docs/cli.md.
     public static func defaultFile(
-        environment: [String: String] = ProcessInfo.processInfo.environment
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        currentDirectory: String = FileManager.default.currentDirectoryPath
     ) -> URL {
-        URL(fileURLWithPath: environment["COURIER_CONFIG"] ?? "Config/courier.json")
+        if let path = environment["COURIER_CONFIG"], !path.isEmpty { return URL(fileURLWithPath: path) }
+        let local = URL(fileURLWithPath: currentDirectory, isDirectory: true).appendingPathComponent("Config/courier.json")
+        if FileManager.default.fileExists(atPath: local.path) { return local }
+        if let folder = StorageLayout.xdgFolder("XDG_CONFIG_HOME", fallback: ".config", environment: environment) {
+            return folder.appendingPathComponent("courier/courier.json")
+        }
+        return local
     }
 
     /// Loads `file`; a missing file gives the defaults unless `required` (an explicit `--config`).
@@ -62,17 +71,128 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         do {
             data = try Data(contentsOf: file)
         } catch {
-            if !required && !FileManager.default.fileExists(atPath: file.path) {
+            let missing = !FileManager.default.fileExists(atPath: file.path)
+            if !required && missing {
                 return CourierConfiguration()
             }
-            throw CourierError(.usage, "cannot read the configuration \(file.path)", cause: "\(error)")
+            throw CourierError.unreadable("the configuration", path: file.path, error: error)
         }
+        var configuration: CourierConfiguration
         do {
-            var configuration = try JSONDecoder().decode(CourierConfiguration.self, from: data)
-            configuration.baseDirectory = file.deletingLastPathComponent().standardizedFileURL
-            return configuration
+            configuration = try JSONDecoder().decode(CourierConfiguration.self, from: data)
         } catch {
-            throw CourierError(.usage, "the configuration \(file.path) is not valid", cause: "\(error)")
+            throw CourierError(.usage, "the configuration \(file.path) is not valid", cause: Self.describe(error))
+        }
+        if let unknown = unknownKeys(in: data).first {
+            let section = unknown.section.isEmpty ? "at the top level" : "in section \"\(unknown.section)\""
+            let hint = unknown.suggestion.map { "did you mean \"\($0)\"?" }
+            throw CourierError(
+                .usage, "the configuration \(file.path) has an unknown key \"\(unknown.key)\" \(section)", hint: hint)
+        }
+        configuration.baseDirectory = file.deletingLastPathComponent().standardizedFileURL
+        return configuration
+    }
+
+    /// A key of a configuration file that no setting reads.
+    public struct UnknownKey: Sendable, Equatable {
+        /// The dotted path of the object holding it ("" for the top level, "receipts.verifyReceipt").
+        public var section: String
+        public var key: String
+        /// A known key of that section it is probably a typo of.
+        public var suggestion: String?
+
+        public init(section: String, key: String, suggestion: String?) {
+            self.section = section
+            self.key = key
+            self.suggestion = suggestion
+        }
+    }
+
+    /// The keys of the configuration file `data` that no setting reads, in file order by section
+    /// (empty when `data` is not a valid configuration). Pure: no I/O, safe on hostile bytes.
+    ///
+    /// Each key is probed: its value is replaced by an object holding a marker, then by a
+    /// string; if the file still decodes both times, nothing read the key.
+    package static func unknownKeys(in data: Data) -> [UnknownKey] {
+        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            decodes(root)
+        else { return [] }
+        let known = knownKeys()
+        var unknown: [UnknownKey] = []
+        func visit(_ object: [String: Any], path: [String]) {
+            for key in object.keys.sorted() {
+                let keyPath = path + [key]
+                let section = path.joined(separator: ".")
+                // Two probes, as a setting may accept an object (a section) or a string.
+                let read = [["\u{0}courier-probe": true] as Any, "\u{0}courier-probe" as Any].contains { probe in
+                    !decodes(replacing(keyPath, in: root, with: probe))
+                }
+                if read {
+                    if let nested = object[key] as? [String: Any] { visit(nested, path: keyPath) }
+                    continue
+                }
+                let suggestion = Spelling.suggestion(for: key, among: (known[section] ?? []).subtracting(object.keys))
+                unknown.append(UnknownKey(section: section, key: key, suggestion: suggestion))
+            }
+        }
+        visit(root, path: [])
+        return unknown
+    }
+
+    private static func decodes(_ object: [String: Any]) -> Bool {
+        guard let data = try? JSONSerialization.data(withJSONObject: object) else { return false }
+        return (try? JSONDecoder().decode(CourierConfiguration.self, from: data)) != nil
+    }
+
+    private static func replacing(_ path: [String], in object: [String: Any], with value: Any) -> [String: Any] {
+        guard let first = path.first else { return object }
+        var copy = object
+        if path.count == 1 {
+            copy[first] = value
+        } else if let nested = object[first] as? [String: Any] {
+            copy[first] = replacing(Array(path.dropFirst()), in: nested, with: value)
+        }
+        return copy
+    }
+
+    /// The keys of each section, by dotted path, from the defaults written out (for suggestions).
+    private static func knownKeys() -> [String: Set<String>] {
+        var defaults = CourierConfiguration()
+        defaults.catalog = ""
+        defaults.queue.finishWebhook = ""
+        var sections: [String: Set<String>] = [:]
+        func visit(_ object: [String: Any], path: String) {
+            sections[path, default: []].formUnion(object.keys)
+            for (key, value) in object {
+                if let nested = value as? [String: Any] { visit(nested, path: path.isEmpty ? key : path + "." + key) }
+            }
+        }
+        if let data = try? JSONEncoder().encode(defaults), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
+            visit(object, path: "")
+        }
+        sections["receipts.verifyReceipt", default: []].insert("sharedSecret")
+        return sections
+    }
+
+    /// A decoding error in one line: what is wrong and where (`transfer.maxRetries`), not
+    /// Foundation's dump.
+    private static func describe(_ error: any Error) -> String {
+        func path(_ keys: [any CodingKey]) -> String {
+            keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        }
+        switch error as? DecodingError {
+        case .typeMismatch(let type, let context)?:
+            return "\(path(context.codingPath)): expected \(type)"
+        case .valueNotFound(let type, let context)?:
+            return "\(path(context.codingPath)): expected \(type), found null"
+        case .keyNotFound(let key, let context)?:
+            return "\(path(context.codingPath + [key])): missing"
+        case .dataCorrupted(let context)?:
+            let underlying = (context.underlyingError as NSError?)?.userInfo[NSDebugDescriptionErrorKey] as? String
+            let location = context.codingPath.isEmpty ? "" : path(context.codingPath) + ": "
+            return location + (underlying ?? context.debugDescription)
+        default:
+            return "\(error)"
         }
     }
 

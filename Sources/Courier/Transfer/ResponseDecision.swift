@@ -223,18 +223,3 @@ package enum HTTPNumber {
         }
     }
 }
-
-/// Retry timing: exponential backoff with full jitter, honouring Retry-After, capped.
-struct RetryBackoff: Sendable {
-    var initial: Double
-    var maximum: Double
-
-    /// The delay before retry number `attempt` (1-based).
-    func delay(attempt: Int, retryAfter: Double?, random: Double = Double.random(in: 0...1)) -> Double {
-        if let retryAfter { return min(retryAfter, maximum) }
-        let exponential = initial * pow(2, Double(max(0, attempt - 1)))
-        let capped = min(exponential, maximum)
-        // Half fixed, half jitter: never zero, never in lockstep with other clients.
-        return capped / 2 + capped / 2 * random
-    }
-}

@@ -181,7 +181,7 @@ public final class TransferEngine: Sendable {
         )
         logger.debug("download starting", metadata: ["url": "\(request.url.absoluteString)", "resume-from": "\(resumedFrom)"])
 
-        let backoff = RetryBackoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff)
+        let backoff = Backoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff)
         var retries = 0
         var restarts = 0
         attempts: while true {

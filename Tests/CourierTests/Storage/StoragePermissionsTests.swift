@@ -88,7 +88,15 @@ struct StoragePermissionsTests {
         let scratch = try TemporaryDirectory()
         defer { scratch.remove() }
         let root = scratch.appending("a/b/Storage")
-        let result = try runWithUmask022(["content", "list", "--storage", root.path])
+        // A command that writes creates the store (reading commands never do, issue 14).
+        let payload = scratch.appending("payload")
+        try PackageFixtures.writeTree(["Contents/a.txt": Data("hello".utf8)], in: payload)
+        let package = scratch.appending("p.zip")
+        let created = try CourierBinary.run([
+            "package", "create", payload.path, "--product", "com.example.perm", "--version", "1.0", "-o", package.path,
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let result = try runWithUmask022(["package", "install", package.path, "--placement", "cache", "--storage", root.path])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(mode(root.path) == 0o700)
         #expect(mode(scratch.appending("a").path) == 0o700)

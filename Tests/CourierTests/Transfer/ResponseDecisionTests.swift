@@ -66,7 +66,7 @@ struct ResponseDecisionTests {
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         let later = formatter.string(from: now.addingTimeInterval(120))
         #expect(ResponseDecision.parseRetryAfter(later, now: now) == 120)
-        let backoff = RetryBackoff(initial: 1, maximum: 10)
+        let backoff = Backoff(initial: 1, maximum: 10)
         #expect(backoff.delay(attempt: 1, retryAfter: nil, random: 0) == 0.5)
         #expect(backoff.delay(attempt: 3, retryAfter: nil, random: 1) == 4)
         #expect(backoff.delay(attempt: 10, retryAfter: nil, random: 1) == 10)
