@@ -48,10 +48,10 @@ struct AgentCommand: AsyncParsableCommand {
             // The agent's catalog: --catalog as given (a URL or a path from here), else the configured one.
             if let catalog { configuration.catalog = AgentRoute.absoluteCatalog(catalog) }
             if let webhook { configuration.queue.finishWebhook = webhook }
-            let level = logLevel ?? ProcessInfo.processInfo.environment["COURIER_LOG"] ?? "info"
+            let level = logLevel.flatMap { Logger.Level(rawValue: $0) } ?? global.logLevel(default: .info)
             LoggingSystem.bootstrap { label in
                 var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = Logger.Level(rawValue: level) ?? .info
+                handler.logLevel = level
                 return handler
             }
             let logger = Logger(label: "courier.agent")
@@ -81,6 +81,8 @@ struct AgentCommand: AsyncParsableCommand {
             var options = CourierAgent.Options()
             options.retryBackoff = retryBackoff
             options.checkInterval = checkInterval
+            // Under systemd (Type=notify): ready once the control socket listens.
+            options.onReady = { SystemdNotify.send("READY=1\nSTATUS=delivering; control socket \(layout.agentSocket.path)") }
             let agentConfiguration = configuration
             let transport = engine.httpTransport
             let agent = CourierAgent(queue: queue, pipeline: pipeline, webhook: webhookNotifier, options: options, logger: logger) {

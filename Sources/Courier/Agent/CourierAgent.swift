@@ -24,33 +24,27 @@ public final class CourierAgent: Service, Sendable {
         public var maxRetryBackoff: Double = 300
         /// Seconds between checks for retryable downloads and due webhooks. Default 1.
         public var checkInterval: Double = 1
+        /// Called once the control socket accepts connections (the CLI tells systemd it is ready).
+        public var onReady: (@Sendable () -> Void)?
 
         public init() {}
     }
 
-    /// Performs an `enqueue` request: validates the receipt and queues what it proves.
-    public typealias Enqueuer = @Sendable (AgentRequest) async throws -> [TransactionRecord]
-
     public let queue: PaymentQueue
-    let pipeline: DeliveryPipeline
-    let webhook: FinishWebhook?
-    let enqueuer: Enqueuer
+    let client: CourierClient
+    let control: LocalQueueControl
     let options: Options
     let logger: Logger
     private let retries = RetryBook()
 
-    /// `pipeline` must work `queue`; give it `webhook` as its notifier so finished transactions
-    /// reach the outbox.
-    public init(
-        queue: PaymentQueue, pipeline: DeliveryPipeline, webhook: FinishWebhook?, options: Options = .init(),
-        logger: Logger, enqueuer: @escaping Enqueuer
-    ) {
-        self.queue = queue
-        self.pipeline = pipeline
-        self.webhook = webhook
-        self.enqueuer = enqueuer
+    /// The agent over `client` (`CourierClient.agent(options:)`); give the client
+    /// `announcesFinishes` so finished transactions reach the webhook's outbox.
+    init(client: CourierClient, options: Options) {
+        self.client = client
+        queue = client.queue
+        control = client.control
         self.options = options
-        self.logger = logger
+        logger = client.logger
     }
 
     public func run() async throws {
@@ -60,10 +54,11 @@ public final class CourierAgent: Service, Sendable {
         ) { [self] request in handle(request) }
         server.start()
         defer { server.stop() }
+        options.onReady?()
         logger.info(
             "agent started",
             metadata: ["socket": "\(queue.layout.agentSocket.path)", "unfinished": "\((try? queue.unfinished().count) ?? 0)"])
-        let pipeline = self.pipeline
+        let pipeline = client.pipeline
         let logger = self.logger
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
@@ -85,7 +80,7 @@ public final class CourierAgent: Service, Sendable {
     private func maintenanceLoop() async {
         while !Task.isCancelled {
             retryStopped()
-            if let webhook { await webhook.deliverDue() }
+            if let webhook = client.webhook { await webhook.deliverDue() }
             try? await Task.sleep(nanoseconds: UInt64(options.checkInterval * 1e9))
         }
     }
@@ -128,79 +123,19 @@ public final class CourierAgent: Service, Sendable {
         }
     }
 
-    /// Answers one control request (called on the socket's threads; blocking is fine there).
+    /// Answers one control request with the same `LocalQueueControl` the CLI uses without an
+    /// agent (called on the socket's threads; blocking is fine there).
     func handle(_ request: AgentRequest) -> AgentResponse {
         do {
-            return try perform(request)
+            let command = try request.queueCommand()
+            let control = self.control
+            let result = try command.name == "enqueue" ? waitFor { try await control.perform(command) } : control.performNow(command)
+            return AgentResponse(result, of: command)
         } catch let error as CourierError {
             return .failure(error)
         } catch {
             return .failure(CourierError(.internal, "the agent failed to serve \(request.command.rawValue)", cause: "\(error)"))
         }
-    }
-
-    private func perform(_ request: AgentRequest) throws -> AgentResponse {
-        var response = AgentResponse()
-        switch request.command {
-        case .enqueue:
-            let transactions = try waitFor { [enqueuer] in try await enqueuer(request) }
-            response.transactions = transactions
-            response.downloads = try transactions.flatMap { try queue.downloads(transactionId: $0.id) }
-        case .list:
-            var entries = try queue.entries(includeFinished: request.all ?? false)
-            if request.stalled == true { entries = entries.filter { $0.stalled != nil } }
-            response.entries = entries
-        case .status:
-            guard let id = request.ids?.first else { throw CourierError(.usage, "status needs an id") }
-            let downloads = try queue.resolve(id)
-            let downloadIds = Set(downloads.map(\.id))
-            let transactionIds = Set(downloads.map(\.transactionId))
-            response.entries = try queue.entries(includeFinished: true).filter { entry in
-                entry.download.map { downloadIds.contains($0.id) } ?? (transactionIds.contains(entry.transactionId) || entry.transactionId == id)
-            }
-        case .pause:
-            response.downloads = try control(request, states: [.waiting, .active]) { try queue.pause([$0]) }
-        case .resume:
-            if request.stalled == true {
-                response.downloads = try queue.requeueStalled()
-            } else {
-                response.downloads = try control(request, states: [.paused, .failed]) { try queue.resume([$0]) }
-            }
-        case .cancel:
-            response.downloads = try control(request, states: [.waiting, .active, .paused, .failed]) { try queue.cancel([$0]) }
-        case .discard:
-            response.downloads = try control(request, states: []) { id in try queue.discard(id).map { [$0] } ?? [] }
-        case .subscribe:
-            throw CourierError(.usage, "subscribe is served by the connection itself")
-        }
-        return response
-    }
-
-    /// Applies `operation` to the downloads `request` names (or, with `all`, to every download in
-    /// `states`). With one named download its refusal is the answer; otherwise downloads the
-    /// operation does not apply to are skipped.
-    private func control(
-        _ request: AgentRequest, states: Set<DownloadState>, _ operation: (String) throws -> [DownloadRecord]
-    ) throws -> [DownloadRecord] {
-        let targets: [DownloadRecord]
-        if request.all == true {
-            targets = try queue.entries().compactMap(\.download).filter { states.contains($0.state) }
-        } else {
-            guard let ids = request.ids, !ids.isEmpty else {
-                throw CourierError(.usage, "\(request.command.rawValue) needs ids or all")
-            }
-            targets = try ids.flatMap { try queue.resolve($0) }
-        }
-        let single = request.all != true && targets.count == 1
-        var changed: [DownloadRecord] = []
-        for target in targets {
-            do {
-                changed += try operation(target.id)
-            } catch let error as CourierError where !single && error.code == .invalidState {
-                continue
-            }
-        }
-        return changed
     }
 
     /// Runs async work from a socket thread and waits for it.

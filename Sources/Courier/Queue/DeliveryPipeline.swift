@@ -213,7 +213,13 @@ public final class DeliveryPipeline: Sendable {
             let finished = try queue.installed(
                 record.id, transactionId: record.transactionId, contentURL: content, finish: queue.configuration.autoFinish)
             outcome.finished = true
-            logger.debug("download placed", metadata: ["content": "\(content.path)"])
+            // Each delivery at info: an agent's log (journald) shows what it delivered.
+            logger.info(
+                "download delivered",
+                metadata: [
+                    "content-identifier": "\(record.contentIdentifier)", "version": "\(record.version)",
+                    "bytes": "\(record.length)", "content": "\(content.path)",
+                ])
             if let finished {
                 outcome.finishedTransaction = finished.id
                 await notifyFinished(finished)
@@ -255,6 +261,7 @@ public final class DeliveryPipeline: Sendable {
     }
 
     private func notifyFinished(_ transaction: TransactionRecord) async {
+        logger.info("transaction finished", metadata: ["transaction-id": "\(transaction.id)", "product-id": "\(transaction.productId)"])
         guard let notifier else { return }
         let backoff = Backoff(initial: 0.2, maximum: 3.2, jitter: false)
         for attempt in 1...5 {
