@@ -129,7 +129,12 @@ public final class CourierAgent: Service, Sendable {
         do {
             let command = try request.queueCommand()
             let control = self.control
-            let result = try command.name == "enqueue" ? waitFor { try await control.perform(command) } : control.performNow(command)
+            let result: QueueResult
+            if case .enqueue = command {
+                result = try waitFor { try await control.perform(command) }
+            } else {
+                result = try control.performNow(command)
+            }
             return AgentResponse(result, of: command)
         } catch let error as CourierError {
             return .failure(error)

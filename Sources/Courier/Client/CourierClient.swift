@@ -1,0 +1,148 @@
+import Foundation
+import Logging
+
+/// The client core: every part of a delivery assembled once from a configuration, a storage
+/// layout and a logger. It owns the state store and payment queue, the transfer engine, the
+/// content placer (its recovery of interrupted installs runs here, before anything else), the
+/// catalog loader, the finish webhook (when it announces finishes) and the pipeline over them.
+/// Every front end goes through it: `courier deliver`, `enqueue` and `resume` in the foreground,
+/// and the agent (`agent(options:)`), which answers its control socket with `control`.
+///
+/// Call `shutdown()` once done with it: it stops the transfer engine's thread.
+public final class CourierClient: Sendable {
+    /// What the core does beyond delivering.
+    public struct Options: Sendable {
+        /// Announce each finished transaction to `queue.finishWebhook` through the outbox. The
+        /// agent does; a foreground run does not (docs/agent.md). Default false.
+        public var announcesFinishes = false
+        /// First delay before a webhook POST is retried; doubles per attempt. Default 2 s.
+        public var webhookBackoff: Double = 2
+
+        public init() {}
+    }
+
+    public let configuration: CourierConfiguration
+    public let layout: StorageLayout
+    public let queue: PaymentQueue
+    public let pipeline: DeliveryPipeline
+    let engine: TransferEngine
+    let catalogLoader: CatalogLoader
+    let webhook: FinishWebhook?
+    let logger: Logger
+
+    public init(configuration: CourierConfiguration, layout: StorageLayout, logger: Logger, options: Options = .init()) throws {
+        var webhookURL: URL?
+        if options.announcesFinishes, let address = configuration.queue.finishWebhook {
+            guard let url = URL(string: address), url.scheme == "http" || url.scheme == "https" else {
+                throw CourierError(.usage, "the finish webhook must be an http(s) URL, not \(address)")
+            }
+            webhookURL = url
+        }
+        self.configuration = configuration
+        self.layout = layout
+        self.logger = logger
+        let store = try StateStore(layout: layout)
+        let queue = PaymentQueue(store: store, layout: layout, configuration: configuration.queue, logger: logger)
+        let engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
+        self.queue = queue
+        self.engine = engine
+        let placer = ContentPlacer(
+            layout: layout, store: store, packages: configuration.packages, placement: configuration.placement, logger: logger)
+        do {
+            try placer.recover()
+        } catch {
+            engine.shutdown()
+            throw error
+        }
+        // A stale catalog served from the cache is worth a warning even when the log is quiet.
+        var catalogLogger = logger
+        catalogLogger.logLevel = min(logger.logLevel, .warning)
+        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
+        let webhook = webhookURL.map { url in
+            FinishWebhook(url: url, store: store, transport: engine.httpTransport, initialBackoff: options.webhookBackoff, logger: logger)
+        }
+        webhook?.attach(to: queue)
+        self.webhook = webhook
+        pipeline = DeliveryPipeline(
+            queue: queue,
+            downloader: TransferDownloadStage(engine: engine, credentials: TransferDownloadStage.bearerCredentials(from: queue)),
+            installer: PlacementInstallStage(placer: placer), notifier: webhook, logger: logger)
+    }
+
+    /// Stops the transfer engine. Nothing may run on the client afterwards.
+    public func shutdown() {
+        engine.shutdown()
+    }
+
+    /// Every queue command, performed here on the store (enqueue included).
+    public var control: LocalQueueControl { LocalQueueControl(client: self) }
+
+    /// The long-running agent over this client (a `Service`: run it in a `ServiceGroup`).
+    public func agent(options: CourierAgent.Options = .init()) -> CourierAgent {
+        CourierAgent(client: self, options: options)
+    }
+
+    /// A receipt validator with the configured trust roots, bundle id and environments, fetching
+    /// over the engine's connections (legacy receipts, revocation lists).
+    public func receiptValidator() throws -> ReceiptValidator {
+        try ReceiptValidator(
+            configuration: configuration.receipts, baseDirectory: configuration.baseDirectory, transport: engine.httpTransport,
+            logger: logger)
+    }
+
+    /// Validates `purchase`'s receipt, entitles its transactions in the catalog (its own, else the
+    /// configured one) and queues them (only `products` when named; a restore of exactly those
+    /// with `restore`). Throws `notEntitled` when the receipt proves none of the asked purchases,
+    /// `usage` when there is no catalog.
+    public func enqueue(_ purchase: Purchase) async throws -> [TransactionRecord] {
+        let location: String
+        let base: URL
+        if let catalog = purchase.catalog {
+            (location, base) = (catalog, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
+        } else if let configured = configuration.catalog {
+            (location, base) = (configured, configuration.baseDirectory)
+        } else {
+            throw CourierError(
+                .usage, "no catalog to look the purchase up in",
+                hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration")
+        }
+        let validator = try receiptValidator()
+        let loaded = try await catalogLoader.load(location, relativeTo: base)
+        let products = purchase.products
+        let transactions = try await pipeline.enqueue(
+            receipt: purchase.receipt, validator: ReceiptValidationStage(validator: validator),
+            entitlements: CatalogEntitlementStage(catalog: loaded.catalog, location: loaded.url),
+            productIds: products.isEmpty ? nil : Set(products), restore: purchase.restore)
+        guard !transactions.isEmpty else {
+            throw CourierError(
+                .notEntitled, "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")")
+        }
+        return transactions
+    }
+
+    /// Delivers `scope` in the foreground until nothing in it can move, and returns where it
+    /// stands. With `retryStopped`, its paused and failed downloads wait again first. `observer`
+    /// hears every queue event of the run (not the retries), and has heard them all when this
+    /// returns or throws. Cancelling the calling task checkpoints active downloads and pauses
+    /// them as `interrupted`.
+    public func deliver(
+        scope: DeliveryScope, retryStopped: Bool = false, observer: (any PaymentQueueObserver)? = nil
+    ) async throws -> DeliverySummary {
+        if retryStopped {
+            let stopped = try queue.entries().compactMap(\.download).filter { download in
+                (download.state == .paused || download.state == .failed) && scope.contains(download)
+            }
+            if !stopped.isEmpty { try queue.resume(stopped.map(\.id)) }
+        }
+        if let observer { queue.addObserver(observer) }
+        defer { if let observer { queue.removeObserver(observer) } }
+        do {
+            let summary = try await pipeline.run(scope: scope)
+            await queue.observersCaughtUp()
+            return summary
+        } catch {
+            await queue.observersCaughtUp()
+            throw error
+        }
+    }
+}
