@@ -26,22 +26,37 @@ struct DeliverCommand: AsyncParsableCommand {
             if let catalog = purchase.catalog { configuration.catalog = catalog }
             let runtime = try DeliveryRuntime(global: global, configuration: configuration)
             defer { runtime.shutdown() }
-            let transactions = try await runtime.enqueue(
+            let enqueued = try await runtime.enqueue(
                 receiptFile: purchase.receiptFile, catalogOverride: purchase.catalog, products: purchase.products, restore: purchase.restore,
                 configuration: configuration)
+            // A purchase whose product the catalog does not list is said, and exits 3, after
+            // the others are delivered; it stays unfinished.
+            let notInCatalog = enqueued.notInCatalogError
+            if let notInCatalog, !output.json { output.note("courier: \(notInCatalog.message)") }
+            let transactions = enqueued.transactions
             let ids = Set(transactions.map(\.id))
+            // Purchases of products the catalog lists without hosted content: finished with nothing to download.
+            let contentless = try transactions.filter { $0.state != .finished && $0.state != .failed }
+                .filter { try runtime.queue.downloads(transactionId: $0.id).isEmpty }
             if transactions.allSatisfy({ $0.state == .finished }) {
                 if output.json {
                     output.emit(["event": "result", "delivered": [String](), "alreadyDelivered": transactions.map(\.id), "exitCode": 0])
                 } else {
                     output.line("Nothing to do: \(transactions.count == 1 ? "this purchase was" : "these \(transactions.count) purchases were") already delivered.")
                 }
+                if let notInCatalog { throw notInCatalog }
                 return
             }
             if let revoked = transactions.first(where: { $0.state == .failed }), transactions.allSatisfy({ $0.state == .failed }) {
                 throw CourierError(revoked.errorCode ?? .notEntitled, revoked.errorMessage ?? "the transaction failed")
             }
+            if !output.json {
+                for transaction in contentless {
+                    output.line("\(transaction.productId): no hosted content in the catalog; nothing to download, purchase finished")
+                }
+            }
             try await runtime.deliver(scope: .transactions(ids), output: output, retryStopped: true)
+            if let notInCatalog { throw notInCatalog }
         }
     }
 }
@@ -81,11 +96,12 @@ final class DeliveryRuntime: Sendable {
 
     /// Validates the receipt in `receiptFile`, entitles its transactions in the catalog and queues
     /// them (only `products` when named; a restore of exactly those when `restore`). Throws
-    /// `notEntitled` when the receipt proves none of the asked purchases.
+    /// `notEntitled` when the receipt proves none of the asked purchases, or only purchases of
+    /// products the catalog does not list.
     func enqueue(
         receiptFile: String, catalogOverride: String?, products: [String], restore: Bool,
         configuration: CourierConfiguration
-    ) async throws -> [TransactionRecord] {
+    ) async throws -> EnqueueResult {
         guard let location = configuration.catalog else {
             throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
         }
@@ -96,15 +112,16 @@ final class DeliveryRuntime: Sendable {
         let loaded = try await catalogLoader.load(
             location,
             relativeTo: catalogOverride == nil ? configuration.baseDirectory : URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
-        let transactions = try await pipeline.enqueue(
+        let result = try await pipeline.enqueueReporting(
             receipt: receipt, validator: ReceiptValidationStage(validator: validator),
             entitlements: CatalogEntitlementStage(catalog: loaded.catalog, location: loaded.url),
             productIds: products.isEmpty ? nil : Set(products), restore: restore)
-        guard !transactions.isEmpty else {
+        if result.transactions.isEmpty, let notInCatalog = result.notInCatalogError { throw notInCatalog }
+        guard !result.transactions.isEmpty else {
             throw CourierError(
                 .notEntitled, "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")")
         }
-        return transactions
+        return result
     }
 
     /// Runs the pipeline over `scope` in the foreground with progress (a status line on a

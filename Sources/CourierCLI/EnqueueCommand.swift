@@ -31,11 +31,13 @@ struct EnqueueCommand: AsyncParsableCommand {
             }
             let runtime = try DeliveryRuntime(global: global, configuration: configuration)
             defer { runtime.shutdown() }
-            let transactions = try await runtime.enqueue(
+            let enqueued = try await runtime.enqueue(
                 receiptFile: purchase.receiptFile, catalogOverride: purchase.catalog, products: purchase.products, restore: purchase.restore,
                 configuration: configuration)
             let queue = runtime.queue
-            try report(transactions, output: output, via: nil) { try queue.downloads(transactionId: $0) }
+            try report(enqueued.transactions, output: output, via: nil) { try queue.downloads(transactionId: $0) }
+            // The others are queued; a purchase of a product the catalog does not list is not (exit 3).
+            if let notInCatalog = enqueued.notInCatalogError { throw notInCatalog }
         }
     }
 

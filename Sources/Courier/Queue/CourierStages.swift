@@ -95,6 +95,8 @@ public struct CatalogEntitlementStage: ContentEntitling {
         self.location = location
     }
 
+    public func lists(productId: String) -> Bool { catalog.product(productId) != nil }
+
     public func content(for transactions: [VerifiedTransaction]) async throws -> [QueuedContent] {
         try Entitlements.content(for: transactions, catalog: catalog, now: Date()).map { entitled in
             try QueuedContent(entitled, catalogLocation: location)

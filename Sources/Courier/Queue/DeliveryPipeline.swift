@@ -24,6 +24,28 @@ public struct DeliverySummary: Sendable {
     }
 }
 
+/// What `DeliveryPipeline.enqueueReporting` queued, and the purchases it left out.
+public struct EnqueueResult: Sendable {
+    /// The queued transactions' records as stored (already known ones as they are).
+    public var transactions: [TransactionRecord]
+    /// Verified, not revoked purchases of products the catalog does not list: not queued.
+    public var notInCatalog: [VerifiedTransaction]
+
+    public init(transactions: [TransactionRecord], notInCatalog: [VerifiedTransaction]) {
+        self.transactions = transactions
+        self.notInCatalog = notInCatalog
+    }
+
+    /// `notEntitled` naming each product left out ("com.example.x: not in the catalog"), or nil.
+    public var notInCatalogError: CourierError? {
+        let products = Array(Set(notInCatalog.map(\.productId))).sorted()
+        guard !products.isEmpty else { return nil }
+        return CourierError(
+            .notEntitled, products.map { "\($0): not in the catalog" }.joined(separator: "; "),
+            hint: "the purchase unlocks nothing there, so it was not finished; run again once the catalog lists it")
+    }
+}
+
 /// Works the queue: download → unpack and place → record → finish → notify, on bounded stages.
 ///
 /// A run claims downloads from the store (taking their leases), so several processes can run
@@ -60,7 +82,10 @@ public final class DeliveryPipeline: Sendable {
     }
 
     /// Validates a receipt, entitles its transactions and queues them with their downloads.
-    /// Throws the validator's error (`receiptInvalid`) before anything is queued.
+    /// Throws the validator's error (`receiptInvalid`) before anything is queued, and
+    /// `notEntitled` when every purchase asked for is of a product the catalog does not list
+    /// (`EnqueueResult.notInCatalog`); when only some are, the others are queued and those are
+    /// logged at warning.
     public func enqueue(
         receipt: Data,
         validator: any TransactionValidating,
@@ -68,13 +93,46 @@ public final class DeliveryPipeline: Sendable {
         productIds: Set<String>? = nil,
         restore: Bool = false
     ) async throws -> [TransactionRecord] {
+        let result = try await enqueueReporting(
+            receipt: receipt, validator: validator, entitlements: entitlements, productIds: productIds, restore: restore)
+        if result.transactions.isEmpty, let error = result.notInCatalogError { throw error }
+        return result.transactions
+    }
+
+    /// `enqueue`, telling the caller which purchases were left out because the catalog does not
+    /// list their product. Those are not queued, so never finished (StoreKit's rule: finish only
+    /// after delivery): running again once the catalog lists them delivers them. A product the
+    /// catalog lists without hosted content is queued and finished with nothing to download.
+    public func enqueueReporting(
+        receipt: Data,
+        validator: any TransactionValidating,
+        entitlements: any ContentEntitling,
+        productIds: Set<String>? = nil,
+        restore: Bool = false
+    ) async throws -> EnqueueResult {
         var transactions = try await validator.validate(receipt)
         if let productIds { transactions = transactions.filter { productIds.contains($0.productId) } }
-        let content = try await entitlements.content(for: transactions)
-        if restore {
-            return try queue.restore(transactions, content: content, productIds: productIds ?? [])
+        // A revoked purchase is recorded as failed whatever the catalog says.
+        let notInCatalog = transactions.filter { $0.revocationDate == nil && !entitlements.lists(productId: $0.productId) }
+        if !notInCatalog.isEmpty {
+            let unlisted = Set(notInCatalog.map(\.transactionId))
+            transactions.removeAll { unlisted.contains($0.transactionId) }
+            for transaction in notInCatalog {
+                logger.warning(
+                    "purchase not queued: its product is not in the catalog",
+                    metadata: ["transaction-id": "\(transaction.transactionId)", "product-id": "\(transaction.productId)"])
+            }
         }
-        return try queue.add(transactions, content: content)
+        let content = try await entitlements.content(for: transactions)
+        let records: [TransactionRecord]
+        if restore {
+            // A restore of only unlisted products restores nothing and is not a restore failure.
+            records = transactions.isEmpty && !notInCatalog.isEmpty
+                ? [] : try queue.restore(transactions, content: content, productIds: productIds ?? [])
+        } else {
+            records = try queue.add(transactions, content: content)
+        }
+        return EnqueueResult(transactions: records, notInCatalog: notInCatalog)
     }
 
     /// Works the downloads of `scope` until none of them can move (`untilIdle`), or until the

@@ -49,6 +49,13 @@ public protocol TransactionValidating: Sendable {
 /// The entitle stage: verified transactions to the hosted content they unlock.
 public protocol ContentEntitling: Sendable {
     func content(for transactions: [VerifiedTransaction]) async throws -> [QueuedContent]
+    /// Whether the catalog lists `productId` at all (with or without hosted content). A purchase
+    /// of a product it does not list is never queued, so never finished. Default: true.
+    func lists(productId: String) -> Bool
+}
+
+extension ContentEntitling {
+    public func lists(productId: String) -> Bool { true }
 }
 
 /// Told when a transaction finished (the origin's finish webhook, say). Retried by its caller.

@@ -1,0 +1,78 @@
+import Courier
+import CourierTestSupport
+import Foundation
+import Testing
+
+/// A purchase that unlocks nothing is never a silent success (issue 14, item 1): a product the
+/// catalog does not list is said, exits 3 and stays unfinished; a product it lists without
+/// hosted content is finished and said.
+@Suite("deliver: purchases that unlock nothing (the built courier binary)", .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+struct PurchaseOutcomeCLITests {
+    /// The transactions of the store, finished ones included, by product.
+    private func transactions(_ shop: Shop) throws -> [String: String] {
+        let listed = try shop.courier(["list", "--all", "--json"])
+        var states: [String: String] = [:]
+        for entry in (listed.events.first?["entries"] as? [[String: Any]]) ?? [] {
+            if let product = entry["productId"] as? String { states[product] = entry["transactionState"] as? String ?? "?" }
+        }
+        return states
+    }
+
+    @Test("a product not in the catalog: said, exit 3, nothing queued or finished; a re-run says it again")
+    func productNotInCatalog() throws {
+        let shop = try Shop(payloadSize: 1024)
+        defer { shop.stop() }
+        let receipt = try shop.receipt(["com.example.unknown"])
+        for _ in 0..<2 {
+            let result = try shop.courier(shop.deliverArguments(receipt))
+            #expect(result.status == 3, "\(result.stdout)\(result.stderr)")
+            #expect(result.stderr.contains("com.example.unknown: not in the catalog"), "\(result.stderr)")
+            #expect(!result.stdout.contains("already delivered"))
+        }
+        #expect(try transactions(shop).isEmpty, "an unlisted product must not be finished")
+        // enqueue says the same and queues nothing.
+        let enqueued = try shop.courier([
+            "enqueue", "--receipt", receipt.path, "--catalog", shop.nginx.url("catalog.json").absoluteString,
+            "--trust-root", shop.sandbox.rootCertificateDERFile.path, "--environment", "Sandbox",
+        ])
+        #expect(enqueued.status == 3, "\(enqueued.stderr)")
+        #expect(enqueued.stderr.contains("com.example.unknown: not in the catalog"))
+        // --json: one error document with the code.
+        let json = try shop.courier(shop.deliverArguments(receipt) + ["--json"])
+        #expect(json.status == 3)
+        #expect(json.events.last?["code"] as? String == "notEntitled")
+        #expect((json.events.last?["message"] as? String)?.contains("not in the catalog") == true)
+    }
+
+    @Test("a receipt with a listed and an unlisted product: the listed one is delivered, the other said, exit 3")
+    func mixedReceipt() throws {
+        let shop = try Shop(payloadSize: 1024)
+        defer { shop.stop() }
+        let receipt = try shop.receipt(["com.example.levels", "com.example.unknown"])
+        let result = try shop.courier(shop.deliverArguments(receipt))
+        #expect(result.status == 3, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("delivered com.example.levels"), "\(result.stdout)")
+        #expect(result.stderr.contains("com.example.unknown: not in the catalog"), "\(result.stderr)")
+        #expect(shop.isPlaced("com.example.levels"))
+        let states = try transactions(shop)
+        #expect(states["com.example.levels"] == "finished")
+        #expect(states["com.example.unknown"] == nil)
+    }
+
+    @Test("a product the catalog lists without hosted content: finished, and said")
+    func productWithoutContent() throws {
+        let shop = try Shop(payloadSize: 1024)
+        defer { shop.stop() }
+        let catalog = shop.directory.appending("contentless.json")
+        try Catalog(bundleId: "com.example.app", products: [Catalog.Product(productId: "com.example.coins", type: .consumable)])
+            .encoded().write(to: catalog)
+        let receipt = try shop.receipt(["com.example.coins"])
+        let result = try shop.courier([
+            "deliver", "--receipt", receipt.path, "--catalog", catalog.path,
+            "--trust-root", shop.sandbox.rootCertificateDERFile.path, "--environment", "Sandbox",
+        ])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("com.example.coins: no hosted content in the catalog"), "\(result.stdout)")
+        #expect(try transactions(shop)["com.example.coins"] == "finished")
+    }
+}
