@@ -114,7 +114,8 @@ public final class CourierAgent: Service, Sendable {
                 _ = try? queue.resume([download.id])
             case CourierError.Code.insufficientSpace.rawValue:
                 let needed = max(0, download.length - download.durableOffset) + (download.unpackedLength ?? download.length)
-                guard let free = StorageSpace.available(at: queue.layout.root), free >= needed else { continue }
+                guard let free = try? FreeSpaceProbe.statvfs.available(queue.layout.root), free >= needed
+ else { continue }
                 logger.info("space is free again; resuming", metadata: ["free": "\(free)", "needed": "\(needed)"])
                 _ = try? queue.resume([download.id])
             default:
@@ -175,12 +176,3 @@ final class AgentResultBox<T: Sendable>: @unchecked Sendable {  // @unchecked: `
     func get() throws -> T { try lock.withLock { result }.get() }
 }
 
-/// Free space as the agent's insufficient-space retry sees it.
-public enum StorageSpace {
-    /// Bytes available to this user on the file system holding `url` (statvfs), or nil.
-    public static func available(at url: URL) -> Int64? {
-        var stats = statvfs()
-        guard statvfs(url.path, &stats) == 0 else { return nil }
-        return Int64(stats.f_bavail) * Int64(stats.f_frsize)
-    }
-}

@@ -6,26 +6,6 @@ import Logging
 import Glibc
 #endif
 
-/// How much space a filesystem has free for Courier, in bytes.
-public struct FreeSpaceProbe: Sendable {
-    public let available: @Sendable (URL) throws -> Int64
-
-    public init(_ available: @escaping @Sendable (URL) throws -> Int64) {
-        self.available = available
-    }
-
-    /// `statvfs`: the blocks available to unprivileged users.
-    public static let statvfs = FreeSpaceProbe { url in
-        let fd = open(url.path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
-        defer { close(fd) }
-        var info = Glibc.statvfs()
-        guard fstatvfs(fd, &info) == 0 else { throw CourierError.posix("statvfs", path: url.path) }
-        let (bytes, overflow) = info.f_bavail.multipliedReportingOverflow(by: UInt(info.f_frsize))
-        return overflow ? .max : Int64(clamping: bytes)
-    }
-}
-
 /// Places delivered content: extracts a package into staging on the destination's filesystem,
 /// renames it into `Caches/<id>/` or `Documents/<id>/`, records it, and keeps the store and the
 /// folders consistent across crashes.

@@ -307,15 +307,6 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
 /// The disk-space check of DESIGN.md: remaining bytes plus a reserve must fit, else
 /// `insufficientSpace` before a byte is requested.
 public enum SpaceCheck {
-    /// Free bytes for an unprivileged writer on the filesystem holding `url` (or its folder).
-    public static func availableBytes(at url: URL) throws -> Int64 {
-        var status = statvfs()
-        var path = url.path
-        if !FileManager.default.fileExists(atPath: path) { path = url.deletingLastPathComponent().path }
-        guard statvfs(path, &status) == 0 else { throw CourierError.posix("statvfs", path: path) }
-        return Int64(status.f_bavail) * Int64(status.f_frsize)
-    }
-
     /// `a + b` with negatives as 0, saturating at `Int64.max` instead of overflowing (a length
     /// that large never fits, so the space check fails as it should).
     public static func sum(_ a: Int64, _ b: Int64) -> Int64 {
@@ -325,7 +316,7 @@ public enum SpaceCheck {
 
     /// Throws `insufficientSpace` unless `bytes + reserve` fit at `url`.
     public static func require(bytes: Int64, reserve: Int64, at url: URL) throws {
-        let available = try availableBytes(at: url)
+        let available = try FreeSpaceProbe.statvfs.available(url)
         let needed = sum(bytes, reserve)
         guard needed <= available else {
             throw CourierError(
