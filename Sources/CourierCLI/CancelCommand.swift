@@ -22,14 +22,8 @@ struct CancelCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            if let agent = AgentRoute.client(global) {  // a running agent cancels through its socket
-                QueueControl.report(output, verb: "cancelled", changed: try AgentRoute.control(agent, .cancel, id: id, all: all))
-                return
-            }
-            let queue = try global.openQueue()
-            let targets = try QueueFormat.targets(queue, id: id, all: all, states: [.waiting, .active, .paused, .failed])
-            let changed = try QueueControl.apply(targets, single: id != nil && targets.count == 1) { try queue.cancel([$0.id]) }
-            QueueControl.report(output, verb: "cancelled", changed: changed)
+            let changed = try await global.queueControl().perform(.cancel(QueueFormat.target(id: id, all: all))).downloads
+            QueueFormat.report(output, verb: "cancelled", changed: changed)
         }
     }
 }

@@ -16,16 +16,8 @@ struct DiscardCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            if let agent = AgentRoute.client(global) {  // a running agent discards through its socket
-                QueueControl.report(output, verb: "discarded", changed: try AgentRoute.control(agent, .discard, id: id, all: false))
-                return
-            }
-            let queue = try global.openQueue()
-            let targets = try queue.resolve(id)
-            let changed = try QueueControl.apply(targets, single: targets.count == 1) { download in
-                try queue.discard(download.id).map { [$0] } ?? []
-            }
-            QueueControl.report(output, verb: "discarded", changed: changed)
+            let changed = try await global.queueControl().perform(.discard(.id(id))).downloads
+            QueueFormat.report(output, verb: "discarded", changed: changed)
         }
     }
 }

@@ -20,13 +20,7 @@ struct ListCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            var entries: [QueueEntry]
-            if let agent = AgentRoute.client(global) {  // a running agent answers through its socket
-                entries = try agent.send(AgentRequest(.list, all: all, stalled: stalled)).entries ?? []
-            } else {
-                entries = try global.openQueue().entries(includeFinished: all)
-                if stalled { entries = entries.filter { $0.stalled != nil } }
-            }
+            let entries = try await global.queueControl().perform(.list(includeFinished: all, stalledOnly: stalled)).entries
             if output.json {
                 output.emit(encodable: QueueListing(entries: entries.map(QueueListing.Line.init)))
                 return
@@ -111,6 +105,19 @@ extension GlobalOptions {
         let configuration = try loadConfiguration()
         return try PaymentQueue(layout: existingLayout(), configuration: configuration.queue, logger: logger("courier", default: .warning))
     }
+
+    /// Where queue commands go: a running agent (through its socket; docs/agent.md), else this
+    /// storage's store. `COURIER_NO_AGENT=1` ignores a running agent.
+    func queueControl() throws -> any QueueControl {
+        if let agent = agentControl() { return agent }
+        return LocalQueueControl(queue: try openQueue())
+    }
+
+    /// The running agent of this storage, or nil when none answers (or `COURIER_NO_AGENT=1`).
+    func agentControl() -> AgentQueueControl? {
+        if ProcessInfo.processInfo.environment["COURIER_NO_AGENT"] == "1" { return nil }
+        return AgentQueueControl.connect(layout: layout)
+    }
 }
 
 /// Text formatting shared by the queue commands.
@@ -177,12 +184,26 @@ enum QueueFormat {
         return "\(total / 3600)h\(String(format: "%02d", (total % 3600) / 60))m"
     }
 
-    /// The downloads named by `id`, or every download when `all`, for pause/resume/cancel.
-    static func targets(_ queue: PaymentQueue, id: String?, all: Bool, states: Set<DownloadState>) throws -> [DownloadRecord] {
-        if all {
-            return try queue.entries().compactMap(\.download).filter { states.contains($0.state) }
+    /// The downloads `id` names, or every applicable one with `all`.
+    static func target(id: String?, all: Bool) -> QueueTarget {
+        all ? .all : .ids(id.map { [$0] } ?? [])
+    }
+
+    /// What a pause, resume, cancel or discard changed: a line per download, or one JSON event.
+    static func report(_ output: Output, verb: String, changed: [DownloadRecord]) {
+        if output.json {
+            output.emit([
+                "event": verb,
+                "downloads": changed.map { ["id": $0.id, "transactionId": $0.transactionId, "state": $0.state.rawValue] },
+            ])
+            return
         }
-        guard let id else { throw ValidationError("name a download or transaction id, or use --all") }
-        return try queue.resolve(id)
+        if changed.isEmpty {
+            output.line("Nothing to do: no download changed.")
+            return
+        }
+        for download in changed {
+            output.line("\(verb) \(download.id) (\(download.contentIdentifier)): now \(download.state.rawValue)")
+        }
     }
 }

@@ -35,21 +35,13 @@ struct ResumeCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            if let agent = AgentRoute.client(global) {  // a running agent resumes and delivers them
-                let changed = try AgentRoute.control(agent, .resume, id: id, all: all, stalled: stalled)
-                QueueControl.report(output, verb: "resumed", changed: changed)
+            let control = try global.queueControl()
+            let changed = try await control.perform(.resume(stalled ? .stalled : QueueFormat.target(id: id, all: all))).downloads
+            QueueFormat.report(output, verb: "resumed", changed: changed)
+            if control is AgentQueueControl {  // a running agent delivers them
                 if !changed.isEmpty && !output.json { output.info("courier: the agent delivers them (see `courier list`)") }
                 return
             }
-            let queue = try global.openQueue()
-            let changed: [DownloadRecord]
-            if stalled {
-                changed = try queue.requeueStalled()
-            } else {
-                let targets = try QueueFormat.targets(queue, id: id, all: all, states: [.paused, .failed])
-                changed = try QueueControl.apply(targets, single: id != nil && targets.count == 1) { try queue.resume([$0.id]) }
-            }
-            QueueControl.report(output, verb: "resumed", changed: changed)
             guard !queueOnly, !changed.isEmpty else { return }
             // Carry them on through unpacking, placement and finish, as the agent would.
             let runtime = try DeliveryRuntime(global: global, configuration: try global.loadConfiguration())

@@ -21,16 +21,10 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let agent = AgentRoute.client(global)  // a running agent answers through its socket
-            let queue: PaymentQueue? = try agent == nil ? global.openQueue() : nil
-            let downloadIds = Set(try queue?.resolve(id).map(\.id) ?? [])
-            let transactionIds = Set(try queue?.resolve(id).map(\.transactionId) ?? [])
+            let control = try global.queueControl()
             var last: [QueueEntry] = []
             while true {
-                let entries = try agent?.send(AgentRequest(.status, ids: [id])).entries ?? queue?.entries(includeFinished: true).filter { entry in
-                    entry.download.map { downloadIds.contains($0.id) } ?? transactionIds.contains(entry.transactionId)
-                        || (downloadIds.isEmpty && entry.transactionId == id)
-                } ?? []
+                let entries = try await control.perform(.status(id)).entries
                 guard !entries.isEmpty || !last.isEmpty else {
                     throw CourierError(.notFound, "no download or transaction \(id)")
                 }

@@ -19,7 +19,10 @@ public struct AgentQueueControl: QueueControl {
     public func perform(_ command: QueueCommand) async throws -> QueueResult {
         let response = try agent.send(AgentRequest(command))
         return QueueResult(
-            entries: response.entries ?? [], downloads: response.downloads ?? [], transactions: response.transactions ?? [])
+            entries: response.entries ?? [],
+            downloads: response.downloads ?? [],
+            transactions: response.transactions ?? []
+        )
     }
 }
 
@@ -44,8 +47,12 @@ extension AgentRequest {
         case .discard(let t): self = target(.discard, t)
         case .enqueue(let purchase):
             self.init(
-                .enqueue, receipt: purchase.receipt, catalog: purchase.catalog.map(Self.absoluteCatalog),
-                products: purchase.products.isEmpty ? nil : purchase.products, restore: purchase.restore ? true : nil)
+                .enqueue,
+                receipt: purchase.receipt,
+                catalog: purchase.catalog.map(Self.absoluteCatalog),
+                products: purchase.products.isEmpty ? nil : purchase.products,
+                restore: purchase.restore ? true : nil
+            )
         }
     }
 
@@ -68,7 +75,9 @@ extension AgentRequest {
             guard let receipt = receiptData, !receipt.isEmpty else {
                 throw CourierError(.usage, "enqueue needs the receipt's bytes (base64)")
             }
-            return .enqueue(Purchase(receipt: receipt, catalog: catalog, products: products ?? [], restore: restore ?? false))
+            return .enqueue(
+                Purchase(receipt: receipt, catalog: catalog, products: products ?? [], restore: restore ?? false)
+            )
         case .subscribe:
             throw CourierError(.usage, "subscribe is served by the connection itself")
         }

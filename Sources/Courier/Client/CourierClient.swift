@@ -30,7 +30,9 @@ public final class CourierClient: Sendable {
     let webhook: FinishWebhook?
     let logger: Logger
 
-    public init(configuration: CourierConfiguration, layout: StorageLayout, logger: Logger, options: Options = .init()) throws {
+    public init(configuration: CourierConfiguration, layout: StorageLayout, logger: Logger, options: Options = .init())
+        throws
+    {
         var webhookURL: URL?
         if options.announcesFinishes, let address = configuration.queue.finishWebhook {
             guard let url = URL(string: address), url.scheme == "http" || url.scheme == "https" else {
@@ -47,7 +49,12 @@ public final class CourierClient: Sendable {
         self.queue = queue
         self.engine = engine
         let placer = ContentPlacer(
-            layout: layout, store: store, packages: configuration.packages, placement: configuration.placement, logger: logger)
+            layout: layout,
+            store: store,
+            packages: configuration.packages,
+            placement: configuration.placement,
+            logger: logger
+        )
         do {
             try placer.recover()
         } catch {
@@ -59,14 +66,26 @@ public final class CourierClient: Sendable {
         catalogLogger.logLevel = min(logger.logLevel, .warning)
         catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
         let webhook = webhookURL.map { url in
-            FinishWebhook(url: url, store: store, transport: engine.httpTransport, initialBackoff: options.webhookBackoff, logger: logger)
+            FinishWebhook(
+                url: url,
+                store: store,
+                transport: engine.httpTransport,
+                initialBackoff: options.webhookBackoff,
+                logger: logger
+            )
         }
         webhook?.attach(to: queue)
         self.webhook = webhook
         pipeline = DeliveryPipeline(
             queue: queue,
-            downloader: TransferDownloadStage(engine: engine, credentials: TransferDownloadStage.bearerCredentials(from: queue)),
-            installer: PlacementInstallStage(placer: placer), notifier: webhook, logger: logger)
+            downloader: TransferDownloadStage(
+                engine: engine,
+                credentials: TransferDownloadStage.bearerCredentials(from: queue)
+            ),
+            installer: PlacementInstallStage(placer: placer),
+            notifier: webhook,
+            logger: logger
+        )
     }
 
     /// Stops the transfer engine. Nothing may run on the client afterwards.
@@ -86,8 +105,11 @@ public final class CourierClient: Sendable {
     /// over the engine's connections (legacy receipts, revocation lists).
     public func receiptValidator() throws -> ReceiptValidator {
         try ReceiptValidator(
-            configuration: configuration.receipts, baseDirectory: configuration.baseDirectory, transport: engine.httpTransport,
-            logger: logger)
+            configuration: configuration.receipts,
+            baseDirectory: configuration.baseDirectory,
+            transport: engine.httpTransport,
+            logger: logger
+        )
     }
 
     /// Validates `purchase`'s receipt, entitles its transactions in the catalog (its own, else the
@@ -95,27 +117,37 @@ public final class CourierClient: Sendable {
     /// with `restore`). Throws `notEntitled` when the receipt proves none of the asked purchases,
     /// `usage` when there is no catalog.
     public func enqueue(_ purchase: Purchase) async throws -> [TransactionRecord] {
+        guard !purchase.receipt.isEmpty else { throw CourierError(.usage, "enqueue needs the receipt's bytes") }
         let location: String
         let base: URL
         if let catalog = purchase.catalog {
-            (location, base) = (catalog, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
+            (location, base) = (
+                catalog, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
+            )
         } else if let configured = configuration.catalog {
             (location, base) = (configured, configuration.baseDirectory)
         } else {
             throw CourierError(
-                .usage, "no catalog to look the purchase up in",
-                hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration")
+                .usage,
+                "no catalog to look the purchase up in",
+                hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration"
+            )
         }
         let validator = try receiptValidator()
         let loaded = try await catalogLoader.load(location, relativeTo: base)
         let products = purchase.products
         let transactions = try await pipeline.enqueue(
-            receipt: purchase.receipt, validator: ReceiptValidationStage(validator: validator),
+            receipt: purchase.receipt,
+            validator: ReceiptValidationStage(validator: validator),
             entitlements: CatalogEntitlementStage(catalog: loaded.catalog, location: loaded.url),
-            productIds: products.isEmpty ? nil : Set(products), restore: purchase.restore)
+            productIds: products.isEmpty ? nil : Set(products),
+            restore: purchase.restore
+        )
         guard !transactions.isEmpty else {
             throw CourierError(
-                .notEntitled, "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")")
+                .notEntitled,
+                "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")"
+            )
         }
         return transactions
     }
@@ -126,7 +158,9 @@ public final class CourierClient: Sendable {
     /// returns or throws. Cancelling the calling task checkpoints active downloads and pauses
     /// them as `interrupted`.
     public func deliver(
-        scope: DeliveryScope, retryStopped: Bool = false, observer: (any PaymentQueueObserver)? = nil
+        scope: DeliveryScope,
+        retryStopped: Bool = false,
+        observer: (any PaymentQueueObserver)? = nil
     ) async throws -> DeliverySummary {
         if retryStopped {
             let stopped = try queue.entries().compactMap(\.download).filter { download in

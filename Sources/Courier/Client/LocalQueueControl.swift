@@ -46,17 +46,26 @@ public struct LocalQueueControl: QueueControl {
             }
             return QueueResult(entries: entries)
         case .pause(let target):
-            return QueueResult(downloads: try apply(command, target, states: [.waiting, .active]) { try queue.pause([$0]) })
+            return QueueResult(
+                downloads: try apply(command, target, states: [.waiting, .active]) { try queue.pause([$0]) }
+            )
         case .resume(.stalled):
             return QueueResult(downloads: try queue.requeueStalled())
         case .resume(let target):
-            return QueueResult(downloads: try apply(command, target, states: [.paused, .failed]) { try queue.resume([$0]) })
+            return QueueResult(
+                downloads: try apply(command, target, states: [.paused, .failed]) { try queue.resume([$0]) }
+            )
         case .cancel(let target):
             return QueueResult(
-                downloads: try apply(command, target, states: [.waiting, .active, .paused, .failed]) { try queue.cancel([$0]) })
+                downloads: try apply(command, target, states: [.waiting, .active, .paused, .failed]) {
+                    try queue.cancel([$0])
+                }
+            )
         case .discard(let target):
             guard case .ids = target else { throw CourierError(.usage, "discard needs download or transaction ids") }
-            return QueueResult(downloads: try apply(command, target, states: []) { try queue.discard($0).map { [$0] } ?? [] })
+            return QueueResult(
+                downloads: try apply(command, target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
+            )
         case .enqueue:
             throw CourierError(.usage, "enqueue is asynchronous")
         }
@@ -66,7 +75,10 @@ public struct LocalQueueControl: QueueControl {
     /// `states`). With one named download its refusal is the answer; otherwise downloads the
     /// operation does not apply to are skipped.
     private func apply(
-        _ command: QueueCommand, _ target: QueueTarget, states: Set<DownloadState>, _ operation: (String) throws -> [DownloadRecord]
+        _ command: QueueCommand,
+        _ target: QueueTarget,
+        states: Set<DownloadState>,
+        _ operation: (String) throws -> [DownloadRecord]
     ) throws -> [DownloadRecord] {
         let targets: [DownloadRecord]
         switch target {
