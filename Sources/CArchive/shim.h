@@ -1,48 +1,19 @@
 #ifndef COURIER_CARCHIVE_SHIM_H
 #define COURIER_CARCHIVE_SHIM_H
 
-// libarchive for Swift, plus the few system calls package handling needs that Swift cannot call
-// directly (variadic `ioctl`, function-like macros). Typed `static inline` wrappers, no logic.
-// Only Sources/Courier/Packages imports this module.
+// libarchive for Swift, plus the locale call it needs (a function-like macro Swift cannot
+// import). Typed `static inline` wrappers, no logic. Only Sources/Courier/Packages imports this
+// module; the system calls of placement are in CSystemShims.
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <locale.h>
-#include <sys/ioctl.h>
-#include <linux/fs.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#include <fcntl.h>
-#include <sys/xattr.h>
 
 /// A C.UTF-8 LC_CTYPE locale for `uselocale`: libarchive converts entry names through the
 /// calling thread's locale, so UTF-8 names survive whatever the process locale is.
 /// `LC_CTYPE_MASK` is a macro Swift cannot import.
 static inline locale_t courier_utf8_ctype_locale(void) {
     return newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
-}
-
-/// `ioctl(fd, FS_IOC_GETFLAGS, flags)`: `ioctl` is variadic and `FS_IOC_GETFLAGS` is a
-/// function-like macro, neither of which Swift imports.
-static inline int courier_get_inode_flags(int fd, int *flags) {
-    return ioctl(fd, FS_IOC_GETFLAGS, flags);
-}
-
-/// `ioctl(fd, FS_IOC_SETFLAGS, flags)` (see `courier_get_inode_flags`).
-static inline int courier_set_inode_flags(int fd, const int *flags) {
-    return ioctl(fd, FS_IOC_SETFLAGS, flags);
-}
-
-/// `renameat2(2)` (RENAME_EXCHANGE, RENAME_NOREPLACE): glibc declares it only with _GNU_SOURCE,
-/// which Swift's Glibc module lacks, so it goes through `syscall`, which is variadic.
-static inline int courier_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
-                                    unsigned int flags) {
-    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
-}
-
-/// `syncfs(2)`: declared by glibc only with _GNU_SOURCE, so it goes through `syscall`.
-static inline int courier_syncfs(int fd) {
-    return (int)syscall(SYS_syncfs, fd);
 }
 
 #endif

@@ -1,4 +1,4 @@
-import CArchive
+import CSystemShims
 import Foundation
 
 #if canImport(Glibc)
@@ -6,7 +6,6 @@ import Glibc
 #endif
 
 /// Atomic renames beyond `rename(2)`: swapping two paths and renaming without replacing.
-/// Lives in Packages/ because `renameat2` needs the C shim.
 enum AtomicRename {
     /// Swaps `a` and `b` in one step (both must exist, on one filesystem). Returns false when the
     /// filesystem or kernel cannot exchange (EINVAL, ENOSYS), so the caller falls back.

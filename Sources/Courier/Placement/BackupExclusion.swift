@@ -1,4 +1,4 @@
-import CArchive
+import CSystemShims
 import Foundation
 
 #if canImport(Glibc)
@@ -7,8 +7,6 @@ import Glibc
 
 /// Marks files excluded from backups in the ways Linux backup tools honour: the freedesktop
 /// `user.xdg.robots.backup=false` extended attribute and the `nodump` inode flag (`chattr +d`).
-///
-/// Lives in Packages/ because the `nodump` flag needs an `ioctl` wrapper from the C shim.
 public enum BackupExclusion {
     /// The extended attribute of the freedesktop "robots" convention.
     public static let attributeName = "user.xdg.robots.backup"

@@ -1,0 +1,38 @@
+#ifndef COURIER_CSYSTEMSHIMS_SHIM_H
+#define COURIER_CSYSTEMSHIMS_SHIM_H
+
+// Linux system calls that Swift cannot call directly (variadic `ioctl` and `syscall`,
+// function-like macros, declarations glibc hides without _GNU_SOURCE). Typed `static inline`
+// wrappers, no logic. Only Sources/Courier/Placement imports this module.
+
+#include <sys/ioctl.h>
+#include <linux/fs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/xattr.h>
+
+/// `ioctl(fd, FS_IOC_GETFLAGS, flags)`: `ioctl` is variadic and `FS_IOC_GETFLAGS` is a
+/// function-like macro, neither of which Swift imports.
+static inline int courier_get_inode_flags(int fd, int *flags) {
+    return ioctl(fd, FS_IOC_GETFLAGS, flags);
+}
+
+/// `ioctl(fd, FS_IOC_SETFLAGS, flags)` (see `courier_get_inode_flags`).
+static inline int courier_set_inode_flags(int fd, const int *flags) {
+    return ioctl(fd, FS_IOC_SETFLAGS, flags);
+}
+
+/// `renameat2(2)` (RENAME_EXCHANGE, RENAME_NOREPLACE): glibc declares it only with _GNU_SOURCE,
+/// which Swift's Glibc module lacks, so it goes through `syscall`, which is variadic.
+static inline int courier_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                                    unsigned int flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+/// `syncfs(2)`: declared by glibc only with _GNU_SOURCE, so it goes through `syscall`.
+static inline int courier_syncfs(int fd) {
+    return (int)syscall(SYS_syncfs, fd);
+}
+
+#endif
