@@ -19,7 +19,13 @@ struct GetCommand: AsyncParsableCommand {
             under the last component of its path, --jobs at a time. A line whose name is not one \
             safe file name directly inside DIR (empty, ., .., a / or control character once \
             percent-decoded, or a name already used by another line) is refused with a message \
-            naming it while the others download; the exit code is then 2 unless a download failed.
+            naming it while the others download; the exit code is then 2 unless a download failed. \
+            At the end every file's outcome is listed (OK, ERR or PAUSED). \
+            Without -o, the file is saved in the current folder under the URL's last path \
+            component (refused if that is not one safe file name). The destination is checked \
+            before any byte is fetched: its folder must exist (or pass --create-dirs) and it must \
+            not be a folder. With -o -, the download is verified in a temporary file, then \
+            written to standard output (not resumable).
             """
     )
 
@@ -28,8 +34,13 @@ struct GetCommand: AsyncParsableCommand {
     @Argument(help: "The URL to download.")
     var url: String?
 
-    @Option(name: [.short, .long], help: "The file to write.")
+    @Option(
+        name: [.short, .long],
+        help: ArgumentHelp("The file to write; - for standard output. Default: the URL's file name, here.", valueName: "file"))
     var output: String?
+
+    @Flag(name: .customLong("create-dirs"), help: "Create the missing folders of -o FILE (-d DIR is always created).")
+    var createDirs = false
 
     @Option(help: "The expected SHA-256 of the file (hex).")
     var sha256: String?
@@ -43,7 +54,7 @@ struct GetCommand: AsyncParsableCommand {
     @Option(name: [.customShort("d"), .customLong("dir")], help: "The folder for --input-file downloads.")
     var directory: String?
 
-    @Option(name: [.short, .long], help: "Downloads at once in --input-file mode (default 16).")
+    @Option(name: [.short, .long], help: "Downloads at once in --input-file mode.")
     var jobs: Int = 16
 
     @Option(name: [.customShort("H"), .customLong("header")], help: "An extra request header, 'Name: value' (repeatable).")
@@ -58,7 +69,9 @@ struct GetCommand: AsyncParsableCommand {
             guard jobs >= 1 else { throw ValidationError("--jobs must be at least 1") }
         } else {
             guard url != nil else { throw ValidationError("give a URL (or --input-file LIST)") }
-            guard output != nil else { throw ValidationError("give the output file with -o FILE") }
+            if output == "-" && global.json {
+                throw ValidationError("-o - writes the file to standard output: it cannot also carry --json")
+            }
             if let sha256 {
                 guard sha256.count == 64, sha256.allSatisfy(\.isHexDigit) else {
                     throw ValidationError("--sha256 must be 64 hex digits")
@@ -87,8 +100,8 @@ struct GetCommand: AsyncParsableCommand {
             let work = Task {
                 if let inputFile, let directory {
                     try await downloadList(inputFile, into: directory, headers: requestHeaders, engine: engine, output: output)
-                } else if let url, let file = self.output {
-                    try await downloadOne(url, to: file, headers: requestHeaders, engine: engine, output: output)
+                } else if let url {
+                    try await downloadOne(url, to: self.output, headers: requestHeaders, engine: engine, output: output)
                 }
             }
             let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
@@ -99,7 +112,7 @@ struct GetCommand: AsyncParsableCommand {
 
     private func downloadOne(
         _ address: String,
-        to path: String,
+        to path: String?,
         headers: [(String, String)],
         engine: TransferEngine,
         output: Output
@@ -107,7 +120,50 @@ struct GetCommand: AsyncParsableCommand {
         guard let source = URL(string: address), source.scheme != nil else {
             throw ValidationError("not a URL: \(address)")
         }
-        let destination = URL(fileURLWithPath: path).standardizedFileURL
+        if path == "-" {
+            try await downloadToStandardOutput(source, headers: headers, engine: engine, output: output)
+            return
+        }
+        let destination: URL
+        if let path {
+            destination = URL(fileURLWithPath: path).standardizedFileURL
+        } else {
+            // Like wget and curl -O: the URL's own name, in the current folder.
+            let here = URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
+            do {
+                destination = try DownloadFileName.destination(for: source, in: here)
+            } catch let error as CourierError {
+                throw CourierError(.usage, "cannot save \(address) under its own name: \(error.message)", hint: "name the file with -o FILE")
+            }
+        }
+        try GetDestination.check(file: destination, createFolders: createDirs)
+        try await download(source, to: destination, headers: headers, engine: engine, output: output)
+    }
+
+    /// `get URL -o -`: the download is verified in a private temporary folder, then copied to
+    /// standard output and removed (standard output cannot be resumed or renamed into).
+    private func downloadToStandardOutput(
+        _ source: URL, headers: [(String, String)], engine: TransferEngine, output: Output
+    ) async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "courier-get-\(getpid())-\(UUID().uuidString)", isDirectory: true)
+        do {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        } catch {
+            throw CourierError(.io, "cannot create a temporary folder in \(folder.deletingLastPathComponent().path)", cause: "\(error)")
+        }
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let name = (try? DownloadFileName.derive(from: source)) ?? "download"
+        let file = folder.appendingPathComponent(name)
+        let result = try await download(source, to: file, headers: headers, engine: engine, output: output, quietResult: true)
+        try GetDestination.copyToStandardOutput(result.file)
+    }
+
+    @discardableResult
+    private func download(
+        _ source: URL, to destination: URL, headers: [(String, String)], engine: TransferEngine, output: Output,
+        quietResult: Bool = false
+    ) async throws -> DownloadResult {
         let request = DownloadRequest(
             id: destination.lastPathComponent,
             url: source,
@@ -121,12 +177,15 @@ struct GetCommand: AsyncParsableCommand {
         do {
             let result = try await engine.download(request, journal: store) { bar.update($0) }
             bar.finish()
-            report(result, output: output)
+            if !quietResult { report(result, output: output) }
+            return result
         } catch let error as CourierError where error.code == .paused {
             bar.finish()
             throw CourierError(.paused, "\(destination.path): \(error.message)", hint: error.hint)
         } catch {
             bar.finish()
+            // A refusal before any byte leaves nothing behind (no empty part file, no journal).
+            GetDestination.removeEmptyLeftovers(of: request, journal: store)
             throw error
         }
     }
@@ -145,6 +204,7 @@ struct GetCommand: AsyncParsableCommand {
             throw CourierError(.usage, "cannot read \(list)", cause: "\(error)")
         }
         let folder = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
+        // -d creates its folder, as aria2c's does (-o's missing folder needs --create-dirs, as curl's).
         do {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         } catch {
@@ -190,31 +250,53 @@ struct GetCommand: AsyncParsableCommand {
         }
         let store = FileResumeJournalStore(directory: folder)
         let bar = ProgressBar(output: output, label: "\(requests.count) files", files: requests.count)
-        let failures = await withTaskGroup(of: (any Error)?.self) { group -> [any Error] in
+        let outcomes = await withTaskGroup(of: (DownloadRequest, Result<DownloadResult, any Error>).self) { group in
             for request in requests {
                 group.addTask {
                     do {
                         let result = try await engine.download(request, journal: store) { bar.update($0) }
                         bar.fileFinished(result)
                         if output.json { report(result, output: output) }
-                        return nil
+                        return (request, .success(result))
                     } catch {
+                        GetDestination.removeEmptyLeftovers(of: request, journal: store)
                         if output.json, let error = error as? CourierError {
                             output.emit([
                                 "event": "failed", "id": request.id, "code": error.code.rawValue, "message": error.message,
                             ])
                         }
-                        return error
+                        return (request, .failure(error))
                     }
                 }
             }
-            var failures: [any Error] = []
-            for await failure in group {
-                if let failure { failures.append(failure) }
-            }
-            return failures
+            var outcomes: [(DownloadRequest, Result<DownloadResult, any Error>)] = []
+            for await outcome in group { outcomes.append(outcome) }
+            return outcomes
         }
         bar.finish()
+        let failures = outcomes.compactMap { outcome -> (any Error)? in
+            if case .failure(let error) = outcome.1 { return error }
+            return nil
+        }
+        // Every file's outcome at the end, as aria2's "Download Results", in the list's order.
+        if !output.json && !requests.isEmpty {
+            let order = Dictionary(uniqueKeysWithValues: requests.enumerated().map { ($1.id, $0) })
+            var table = [["STATUS", "SIZE", "FILE", ""]]
+            for (request, result) in outcomes.sorted(by: { order[$0.0.id, default: 0] < order[$1.0.id, default: 0] }) {
+                switch result {
+                case .success(let done):
+                    table.append(["OK", QueueFormat.bytes(done.length), done.file.path, ""])
+                case .failure(let error):
+                    let failure = error as? CourierError
+                    table.append([
+                        failure?.code == .paused ? "PAUSED" : "ERR", "-", request.destination.path,
+                        failure.map { "\($0.code.rawValue): \($0.message)" } ?? "\(error)",
+                    ])
+                }
+            }
+            output.line("Download results:")
+            for line in QueueFormat.align(table) { output.line(line.trimmingCharacters(in: .whitespaces)) }
+        }
         if failures.isEmpty && refused.isEmpty {
             if !output.json { output.line("saved \(requests.count) files in \(folder.path)") }
             return

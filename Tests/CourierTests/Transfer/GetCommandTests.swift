@@ -57,7 +57,7 @@ struct GetCommandTests {
         #expect(bad.status == 6)
         #expect(bad.events.last?["code"] as? String == "integrity")
         #expect(!FileManager.default.fileExists(atPath: file.path))
-        let usage = try CourierBinary.run(["get", origin.url().absoluteString])
+        let usage = try CourierBinary.run(["get"])
         #expect(usage.status == 64 || usage.status == 2)
     }
 
