@@ -173,7 +173,7 @@ final class DeliveryRuntime: Sendable {
                 }
             }
             for download in summary.unfinished {
-                let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0))" } ?? ""
+                let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
                 output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)")
             }
         }

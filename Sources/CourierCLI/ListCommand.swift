@@ -82,7 +82,7 @@ struct QueueListing: Encodable {
             downloadId = d.id
             contentIdentifier = d.contentIdentifier
             state = d.state.rawValue
-            pauseReason = d.pauseReason
+            pauseReason = d.pauseReason?.rawValue
             progress = d.progress
             bytesReceived = d.bytesReceived
             contentLength = d.length
@@ -128,7 +128,7 @@ enum QueueFormat {
             return [transaction, "-", entry.productId, entry.transactionState.rawValue, "-", "-", "-", "-", "-"]
         }
         var state = d.state.rawValue
-        if d.state == .paused, let reason = d.pauseReason, reason != "user" { state += " (\(reason))" }
+        if d.state == .paused, let reason = d.pauseReason, reason != .user { state += " (\(reason.rawValue))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         let active = d.state == .active
         let error = errorText(d)

@@ -97,25 +97,22 @@ public final class CourierAgent: Service, Sendable {
         }
         retries.forget(except: Set(downloads.filter { $0.state != .finished }.map(\.id)))
         for download in downloads where download.state == .failed || download.state == .paused {
-            let reason = download.state == .failed ? download.errorCode?.rawValue : download.pauseReason
             var logger = self.logger
             logger[metadataKey: "download-id"] = "\(download.id)"
             logger[metadataKey: "transaction-id"] = "\(download.transactionId)"
-            switch reason {
-            case CourierError.Code.network.rawValue, CourierError.Code.leased.rawValue:
+            switch (download.state, download.errorCode, download.pauseReason) {
+            case (.failed, .network?, _), (.failed, .leased?, _):
                 // The network may be back; a process that held the partial file may be gone.
                 let attempts = retries.attempts(download.id)
                 let delay = Backoff(initial: options.retryBackoff, maximum: options.maxRetryBackoff, jitter: false)
                     .delay(attempt: attempts + 1)
-
                 guard now.timeIntervalSince(download.updatedAt) >= delay else { continue }
                 retries.record(download.id)
-                logger.info("retrying", metadata: ["reason": "\(reason ?? "")", "attempt": "\(attempts + 1)"])
+                logger.info("retrying", metadata: ["reason": "\(download.errorCode?.rawValue ?? "")", "attempt": "\(attempts + 1)"])
                 _ = try? queue.resume([download.id])
-            case CourierError.Code.insufficientSpace.rawValue:
+            case (.paused, _, .insufficientSpace?), (.failed, .insufficientSpace?, _):
                 let needed = max(0, download.length - download.durableOffset) + (download.unpackedLength ?? download.length)
-                guard let free = try? FreeSpaceProbe.statvfs.available(queue.layout.root), free >= needed
- else { continue }
+                guard let free = try? FreeSpaceProbe.statvfs.available(queue.layout.root), free >= needed else { continue }
                 logger.info("space is free again; resuming", metadata: ["free": "\(free)", "needed": "\(needed)"])
                 _ = try? queue.resume([download.id])
             default:

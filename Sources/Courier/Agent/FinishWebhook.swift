@@ -137,7 +137,6 @@ public final class FinishWebhook: FinishNotifying, Sendable {
             }
             let attempts = item.attempts + 1
             let delay = Backoff(initial: initialBackoff, maximum: maxBackoff, jitter: false).delay(attempt: attempts)
-
             let stamp = Date().timeIntervalSince1970
             let outcome = failure
             do {

@@ -287,7 +287,7 @@ public final class DeliveryPipeline: Sendable {
             if error is CancellationError { failure = CourierError(.paused, "paused") }
             let interrupted = Task.isCancelled || failure.code == .interrupted
             let event: DownloadStateMachine.Event =
-                interrupted ? .pause(reason: .interrupted) : .failed(failure)
+                interrupted ? .pause(.interrupted) : .failed(failure)
             do {
                 // A worker that lost its lease (it stalled and another process took over) must
                 // not touch the download any more.
@@ -333,7 +333,6 @@ public final class DeliveryPipeline: Sendable {
                     metadata: ["transaction-id": "\(transaction.id)", "attempt": "\(attempt)", "error": "\(error)"])
                 if Task.isCancelled { return }
                 try? await Task.sleep(nanoseconds: UInt64(backoff.delay(attempt: attempt) * 1e9))
-
             }
         }
     }

@@ -2,30 +2,24 @@ import Foundation
 
 /// The lifecycle of one download: `waiting -> active <-> paused -> finished | failed | cancelled`.
 ///
-/// A value type with no I/O: `handle(_:)` moves the state and returns what the shell (the
-/// pipeline, the CLI) must do; the shell persists the new state in the same database
-/// transaction as the move. An event that does not apply throws `CourierError(.invalidState)`;
+/// A value type with no I/O: `handle(_:)` moves the state and returns what the shell
+/// (`PaymentQueue`) must do, and the shell does all of it: it persists the new state in the same
+/// database transaction as the move, then carries out each action. An event that does not apply throws `CourierError(.invalidState)`;
 /// one that is already satisfied (pausing a paused download) changes nothing and returns no action.
 public struct DownloadStateMachine: Sendable, Equatable {
     /// What the shell must do after a transition.
     public enum Action: Sendable, Equatable {
-        /// The download is waiting: a worker will take its lease and start it.
-        case enqueue
-        /// Take the lease and start (or resume) transferring from the journal's durable offset.
-        case beginTransfer
         /// Stop the running transfer; its owner checkpoints the partial data.
         case stopTransfer
         /// Delete the partial file and reset the journal and progress.
         case removePartialData
-        /// The download settled: its transaction may now be finished.
-        case checkTransaction
     }
 
     /// What can happen to a download.
     public enum Event: Sendable, Equatable {
         case start
-        /// Pause, by the user (`reason` nil) or for a retryable error (`insufficientSpace`, `network`).
-        case pause(reason: CourierError.Code?)
+        /// Pause, by the user or because the process stops (`interrupted`).
+        case pause(PauseReason)
         /// Continue a paused or failed download: it waits for a worker again.
         case resume
         case cancel
@@ -40,13 +34,15 @@ public struct DownloadStateMachine: Sendable, Equatable {
     }
 
     public private(set) var state: DownloadState
-    /// `user` or an error code, while paused.
-    public private(set) var pauseReason: String?
+    /// Why it is paused; nil unless paused.
+    public private(set) var pauseReason: PauseReason?
     /// Set while failed or paused for an error.
     public private(set) var error: CourierError?
     public private(set) var contentURL: URL?
 
-    public init(state: DownloadState = .waiting, pauseReason: String? = nil, error: CourierError? = nil, contentURL: URL? = nil) {
+    public init(
+        state: DownloadState = .waiting, pauseReason: PauseReason? = nil, error: CourierError? = nil, contentURL: URL? = nil
+    ) {
         self.state = state
         self.pauseReason = pauseReason
         self.error = error
@@ -58,9 +54,6 @@ public struct DownloadStateMachine: Sendable, Equatable {
         self.init(state: record.state, pauseReason: record.pauseReason, error: record.error, contentURL: record.contentURL)
     }
 
-    /// The user-visible reason a paused download carries when the user paused it.
-    public static let userPause = "user"
-
     /// Errors that pause a download rather than fail it: it can continue once the cause is gone.
     public static func pausesInsteadOfFailing(_ code: CourierError.Code) -> Bool {
         code == .paused || code == .insufficientSpace
@@ -71,7 +64,7 @@ public struct DownloadStateMachine: Sendable, Equatable {
         switch (event, state) {
         case (.start, .waiting), (.start, .paused):
             move(to: .active)
-            return [.beginTransfer]
+            return []
         case (.start, .active):
             return []
         case (.start, _):
@@ -80,15 +73,15 @@ public struct DownloadStateMachine: Sendable, Equatable {
         case (.pause(let reason), .waiting), (.pause(let reason), .active), (.pause(let reason), .paused):
             let wasActive = state == .active
             move(to: .paused)
-            pauseReason = reason?.rawValue ?? Self.userPause
-            if let reason, reason != .paused { error = CourierError(reason, "paused: \(reason.rawValue)") }
+            pauseReason = reason
+            error = reason.error
             return wasActive ? [.stopTransfer] : []
         case (.pause, _):
             throw refusal("pause")
 
         case (.resume, .paused), (.resume, .failed):
             move(to: .waiting)
-            return [.enqueue]
+            return []
         case (.resume, .waiting), (.resume, .active):
             return []
         case (.resume, _):
@@ -96,10 +89,10 @@ public struct DownloadStateMachine: Sendable, Equatable {
 
         case (.cancel, .waiting), (.cancel, .paused), (.cancel, .failed):
             move(to: .cancelled)
-            return [.removePartialData, .checkTransaction]
+            return [.removePartialData]
         case (.cancel, .active):
             move(to: .cancelled)
-            return [.stopTransfer, .removePartialData, .checkTransaction]
+            return [.stopTransfer, .removePartialData]
         case (.cancel, .cancelled):
             return []
         case (.cancel, _):
@@ -117,11 +110,11 @@ public struct DownloadStateMachine: Sendable, Equatable {
         case (.failed(let failure), .active):
             if failure.code == .cancelled {
                 move(to: .cancelled)
-                return [.removePartialData, .checkTransaction]
+                return [.removePartialData]
             }
             if Self.pausesInsteadOfFailing(failure.code) {
                 move(to: .paused)
-                pauseReason = failure.code == .paused ? Self.userPause : failure.code.rawValue
+                pauseReason = failure.code == .paused ? .user : .insufficientSpace
                 error = failure.code == .paused ? nil : failure
                 return []
             }
@@ -140,13 +133,13 @@ public struct DownloadStateMachine: Sendable, Equatable {
         case (.installed(let url), .waiting), (.installed(let url), .active), (.installed(let url), .paused):
             move(to: .finished)
             contentURL = url
-            return [.removePartialData, .checkTransaction]
+            return [.removePartialData]
         case (.installed, _):
             return []
 
         case (.ownerDied, .active):
             move(to: .waiting)
-            return [.enqueue]
+            return []
         case (.ownerDied, _):
             return []
         }
@@ -160,5 +153,25 @@ public struct DownloadStateMachine: Sendable, Equatable {
 
     private func refusal(_ operation: String) -> CourierError {
         CourierError(.invalidState, "cannot \(operation) a download that is \(state.rawValue)")
+    }
+}
+
+extension DownloadRecord {
+    /// Takes the state the machine moved to (with its pause reason, error and content URL) at
+    /// `now`: the one place a stored download's state changes. Progress is complete once finished;
+    /// the rate is zero until the next measurement.
+    mutating func apply(_ machine: DownloadStateMachine, at now: Date) {
+        state = machine.state
+        pauseReason = machine.pauseReason
+        errorCode = machine.error?.code
+        errorMessage = machine.error?.message
+        contentURL = machine.contentURL
+        updatedAt = now
+        rate = 0
+        if state == .finished {
+            progress = 1
+            bytesReceived = length
+            timeRemaining = 0
+        }
     }
 }

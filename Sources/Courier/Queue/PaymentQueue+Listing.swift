@@ -9,7 +9,7 @@ public enum StallReason: String, Sendable, Codable {
     case noBytes
     /// Paused when its process was stopped (SIGTERM, SIGINT, kill).
     case interrupted
-    /// Failed or paused for the network.
+    /// Failed for the network.
     case network
     /// Paused for lack of disk space.
     case insufficientSpace
@@ -44,10 +44,9 @@ extension DownloadRecord {
             return now.timeIntervalSince(lastBytes) > stallTimeout ? .noBytes : nil
         case .paused:
             switch pauseReason {
-            case CourierError.Code.interrupted.rawValue: return .interrupted
-            case CourierError.Code.insufficientSpace.rawValue: return .insufficientSpace
-            case CourierError.Code.network.rawValue: return .network
-            default: return nil
+            case .interrupted?: return .interrupted
+            case .insufficientSpace?: return .insufficientSpace
+            case .user?, nil: return nil
             }
         case .failed:
             switch errorCode {
@@ -134,7 +133,7 @@ extension PaymentQueue {
             case .ownerDied:
                 if let record = try transition(download.id, .ownerDied) { moved.append(record) }
             case .noBytes:
-                try transition(download.id, .pause(reason: nil))
+                try transition(download.id, .pause(.user))
                 if let record = try transition(download.id, .resume) { moved.append(record) }
             case .interrupted, .network, .insufficientSpace, .partialFileBusy:
                 if let record = try transition(download.id, .resume) { moved.append(record) }

@@ -95,7 +95,7 @@ extension PaymentQueue {
             // Lazy: a claim lost to a power cut only leaves the download waiting.
             let record: DownloadRecord? = try commit(durable: false) { db in
                 guard var record = try QueueRows.fetchDownload(db, id: id) else { return (nil, []) }
-                let interrupted = record.state == .paused && record.pauseReason == CourierError.Code.interrupted.rawValue
+                let interrupted = record.state == .paused && record.pauseReason == .interrupted
                 guard record.state == .waiting || record.state == .active || interrupted else { return (nil, []) }
                 if let existing = try LeaseManager.lease(db, downloadId: id),
                     existing.owner.token == self.leases.owner.token
@@ -103,16 +103,12 @@ extension PaymentQueue {
                 {
                     return (nil, [])
                 }
+                // A dead owner's download waits again, then starts under this process's lease.
                 var machine = DownloadStateMachine(record: record)
                 if record.state == .active { _ = try machine.handle(.ownerDied) }
                 _ = try machine.handle(.start)
                 try self.leases.acquire(db, downloadId: id, now: now)
-                record.state = machine.state
-                record.pauseReason = nil
-                record.errorCode = nil
-                record.errorMessage = nil
-                record.rate = 0
-                record.updatedAt = now
+                record.apply(machine, at: now)
                 try QueueRows.updateState(db, download: record)
                 return (record, [.updatedDownloads([record])])
             }

@@ -79,18 +79,17 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                 }
                 let now = Date()
                 var machine = TransactionStateMachine(state: .purchasing)
-                if verified.revocationDate != nil {
-                    _ = try machine.handle(.failed(CourierError(.notEntitled, "the App Store revoked this transaction")))
-                } else {
-                    _ = try machine.handle(.verified(restored: restored))
-                }
+                let actions =
+                    verified.revocationDate != nil
+                    ? try machine.handle(.failed(CourierError(.notEntitled, "the App Store revoked this transaction")))
+                    : try machine.handle(.verified(restored: restored))
                 let record = TransactionRecord(
                     id: verified.transactionId, originalTransactionId: verified.originalTransactionId,
                     productId: verified.productId, state: machine.state, restored: restored, verified: verified,
                     errorCode: machine.error?.code, errorMessage: machine.error?.message, createdAt: now, updatedAt: now)
                 try QueueRows.insert(db, transaction: record)
                 var downloads: [DownloadRecord] = []
-                if machine.state != .failed {
+                if actions.contains(.queueDownloads) {
                     for item in items {
                         let id = DownloadRecord.makeId(transactionId: record.id, contentIdentifier: item.contentIdentifier)
                         let download = DownloadRecord(
@@ -216,7 +215,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// owner's next heartbeat when another process does; its partial data is kept.
     @discardableResult
     public func pause(_ downloadIds: [String]) throws -> [DownloadRecord] {
-        try downloadIds.compactMap { id in try transition(id, .pause(reason: nil)) }
+        try downloadIds.compactMap { id in try transition(id, .pause(.user)) }
     }
 
     /// Resumes paused or failed downloads: they wait for a worker again, from their journal.
@@ -378,18 +377,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         }
         guard machine != before || removeFiles else { return (nil, actions, false, []) }
         let now = Date()
-        record.state = machine.state
-        record.pauseReason = machine.pauseReason
-        record.errorCode = machine.error?.code
-        record.errorMessage = machine.error?.message
-        record.contentURL = machine.contentURL
-        record.updatedAt = now
-        if record.state != .active { record.rate = 0 }
-        if record.state == .finished {
-            record.progress = 1
-            record.bytesReceived = record.length
-            record.timeRemaining = 0
-        }
+        record.apply(machine, at: now)
         try QueueRows.updateState(db, download: record)
         if removeFiles && (actions.contains(.removePartialData) || event == .discard) {
             try QueueRows.resetJournal(db, downloadId: downloadId, now: now)

@@ -13,6 +13,29 @@ public enum DownloadState: String, Sendable, Codable, CaseIterable {
     public var isSettled: Bool { self == .finished || self == .cancelled }
 }
 
+/// Why a download is paused (stored as its raw value in `downloads.pauseReason`).
+public enum PauseReason: String, Sendable, Codable, CaseIterable {
+    /// A user paused it (`courier pause`, the queue's `pause`): only a user's resume continues it.
+    case user
+    /// Its process stopped (SIGTERM, SIGINT, shutdown): the next pipeline run picks it up.
+    case interrupted
+    /// The disk was full: the agent resumes it once the storage has room.
+    case insufficientSpace
+
+    /// The reason a stored value names; an unknown one counts as a user's pause (kept until a
+    /// user resumes it).
+    init(stored: String) { self = PauseReason(rawValue: stored) ?? .user }
+
+    /// The error a download paused for this reason carries (none for a user's pause).
+    var error: CourierError? {
+        switch self {
+        case .user: return nil
+        case .interrupted: return CourierError(.interrupted, "paused: interrupted")
+        case .insufficientSpace: return CourierError(.insufficientSpace, "paused: insufficientSpace")
+        }
+    }
+}
+
 extension CourierError.Code {
     /// The operation does not apply to the record's current state (finish with unfinished
     /// downloads, discard of an active download, start of a finished one).
@@ -102,8 +125,8 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     public var placement: Catalog.Placement
     public var unpackedLength: Int64?
     public var state: DownloadState
-    /// Why it is paused: `user`, or an error code such as `insufficientSpace` or `network`.
-    public var pauseReason: String?
+    /// Why it is paused; nil unless paused.
+    public var pauseReason: PauseReason?
     /// 0...1.
     public var progress: Double
     public var bytesReceived: Int64

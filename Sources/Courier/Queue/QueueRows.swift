@@ -81,13 +81,14 @@ enum QueueRows {
             throw CourierError(.internal, "a stored download is unreadable", cause: "state \(stateText), placement \(placementText)")
         }
         let errorCode: String? = row["errorCode"]
+        let pauseReason: String? = row["pauseReason"]
         let contentPath: String? = row["contentURL"]
         let lastProgressAt: Double? = row["lastProgressAt"]
         return DownloadRecord(
             id: row["id"], transactionId: row["transactionId"], contentIdentifier: row["contentIdentifier"],
             productId: row["productId"], url: url, sha256: row["sha256"], length: row["length"],
             version: row["version"], placement: placement, unpackedLength: row["unpackedLength"], state: state,
-            pauseReason: row["pauseReason"], progress: row["progress"], bytesReceived: row["bytesReceived"],
+            pauseReason: pauseReason.map(PauseReason.init(stored:)), progress: row["progress"], bytesReceived: row["bytesReceived"],
             rate: row["rate"], timeRemaining: row["timeRemaining"],
             lastProgressAt: lastProgressAt.map(Date.init(timeIntervalSince1970:)),
             errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row["errorMessage"],
@@ -127,7 +128,7 @@ enum QueueRows {
                     progress = ?, bytesReceived = ?, rate = ?, timeRemaining = ?, updatedAt = ?
                 WHERE id = ?
                 """).execute(arguments: [
-                d.state.rawValue, d.pauseReason, d.errorCode?.rawValue, d.errorMessage, d.contentURL?.path,
+                d.state.rawValue, d.pauseReason?.rawValue, d.errorCode?.rawValue, d.errorMessage, d.contentURL?.path,
                 d.progress, d.bytesReceived, d.rate, d.timeRemaining, d.updatedAt.timeIntervalSince1970, d.id,
             ])
     }

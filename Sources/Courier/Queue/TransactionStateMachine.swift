@@ -2,7 +2,7 @@ import Foundation
 
 /// The lifecycle of one transaction: `purchasing | deferred -> purchased | restored | failed -> finished`.
 ///
-/// A value type with no I/O. `finish` is refused while any download is unsettled (waiting,
+/// A value type with no I/O; `PaymentQueue` persists each move and carries out its actions. `finish` is refused while any download is unsettled (waiting,
 /// active, paused or failed: only finished or cancelled downloads let a transaction finish, as
 /// StoreKit refuses to finish a transaction with downloads in progress), and is idempotent once
 /// finished. A finished transaction never moves again, so it is never delivered twice.
@@ -11,10 +11,9 @@ public struct TransactionStateMachine: Sendable, Equatable {
     public enum Action: Sendable, Equatable {
         /// Queue the downloads of the transaction's content.
         case queueDownloads
-        /// Record the finish time and tell observers the transaction left the queue.
+        /// Record the finish time, run the finish recorders (the webhook's outbox), drop the
+        /// leases and tell observers the transaction left the queue.
         case markFinished
-        /// Tell the origin, when a finish webhook is configured.
-        case notifyFinished
     }
 
     public enum Event: Sendable, Equatable {
@@ -74,7 +73,7 @@ public struct TransactionStateMachine: Sendable, Equatable {
                     hint: "resume or cancel them first")
             }
             state = .finished
-            return [.markFinished, .notifyFinished]
+            return [.markFinished]
         }
     }
 

@@ -166,7 +166,6 @@ public struct LegacyReceiptClient: Sendable {
 
     private func backoff(attempt: Int, reason: String) async throws {
         let delay = Backoff(initial: configuration.verifyReceipt.retryDelay, maximum: 30).delay(attempt: attempt + 1)
-
         logger.debug("verifyReceipt: retrying", metadata: ["reason": "\(reason)", "delay": "\(delay)"])
         do {
             try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))

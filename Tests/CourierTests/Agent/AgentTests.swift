@@ -98,7 +98,7 @@ struct CourierAgentTests {
         #expect(took < 20, "the agent took \(took) s to stop")  // generous: the contract is 5 s on an idle machine
         #expect(agent.terminationStatus == 0)
         let stopped = try #require(download())
-        #expect(stopped.state == .paused && stopped.pauseReason == CourierError.Code.interrupted.rawValue, "\(stopped)")
+        #expect(stopped.state == .paused && stopped.pauseReason == .interrupted, "\(stopped)")
         #expect(stopped.durableOffset > 0)
 
         agent = try shop.startAgent(storage: storage)

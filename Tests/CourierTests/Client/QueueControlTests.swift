@@ -126,7 +126,7 @@ struct QueueControlTests {
             let unfinished = try await bench.control.perform(.list()).entries
             #expect(unfinished.map(\.transactionId) == ["q0", "q1", "q2"])
             #expect(unfinished.map { $0.download?.state } == [.paused, .failed, .failed])
-            #expect(unfinished[0].download?.pauseReason == "user")
+            #expect(unfinished[0].download?.pauseReason == .user)
             #expect(unfinished[1].download?.errorCode == .integrity)
             let all = try await bench.control.perform(.list(includeFinished: true)).entries
             #expect(all.map(\.transactionId) == ["q0", "q1", "q2", "q3"])

@@ -67,7 +67,7 @@ struct DeliveryPipelineTests {
         let summary = try await run.value
         #expect(summary.finishedDownloads.isEmpty)
         let paused = try #require(try queue.download(id))
-        #expect(paused.state == .paused && paused.pauseReason == "user")
+        #expect(paused.state == .paused && paused.pauseReason == .user)
         #expect(paused.durableOffset == 5_000)
         #expect(try queue.lease(id) == nil)
         #expect { try queue.finish("pr1") } throws: { ($0 as? CourierError)?.code == .invalidState }
@@ -183,7 +183,7 @@ struct DeliveryPipelineTests {
         run.cancel()
         _ = try await run.value
         let interrupted = try #require(try queue.download(id))
-        #expect(interrupted.state == .paused && interrupted.pauseReason == "interrupted")
+        #expect(interrupted.state == .paused && interrupted.pauseReason == .interrupted)
         #expect(try queue.stalledDownloads().map(\.id) == [id])
 
         // A new process (a new queue on the same file) picks it up at start.

@@ -4,13 +4,13 @@ import Testing
 
 @Suite("Queue state machines")
 struct StateMachineTests {
-    @Test("a download runs waiting → active → finished and asks to check its transaction")
+    @Test("a download runs waiting → active → finished and then drops its partial data")
     func happyPath() throws {
         var machine = DownloadStateMachine()
-        #expect(try machine.handle(.start) == [.beginTransfer])
+        #expect(try machine.handle(.start) == [])
         #expect(machine.state == .active)
         let url = URL(fileURLWithPath: "/tmp/content")
-        #expect(try machine.handle(.installed(contentURL: url)) == [.removePartialData, .checkTransaction])
+        #expect(try machine.handle(.installed(contentURL: url)) == [.removePartialData])
         #expect(machine.state == .finished)
         #expect(machine.contentURL == url)
         #expect(throws: CourierError.self) { try machine.handle(.start) }
@@ -21,11 +21,11 @@ struct StateMachineTests {
     func pauseResume() throws {
         var machine = DownloadStateMachine()
         _ = try machine.handle(.start)
-        #expect(try machine.handle(.pause(reason: nil)) == [.stopTransfer])
+        #expect(try machine.handle(.pause(.user)) == [.stopTransfer])
         #expect(machine.state == .paused)
-        #expect(machine.pauseReason == "user")
-        #expect(try machine.handle(.pause(reason: nil)) == [])
-        #expect(try machine.handle(.resume) == [.enqueue])
+        #expect(machine.pauseReason == .user)
+        #expect(try machine.handle(.pause(.user)) == [])
+        #expect(try machine.handle(.resume) == [])
         #expect(machine.state == .waiting)
         #expect(try machine.handle(.resume) == [])
     }
@@ -35,14 +35,14 @@ struct StateMachineTests {
         var machine = DownloadStateMachine(state: .active)
         #expect(try machine.handle(.failed(CourierError(.insufficientSpace, "full"))) == [])
         #expect(machine.state == .paused)
-        #expect(machine.pauseReason == "insufficientSpace")
+        #expect(machine.pauseReason == .insufficientSpace)
         #expect(machine.error?.code == .insufficientSpace)
 
         machine = DownloadStateMachine(state: .active)
         #expect(try machine.handle(.failed(CourierError(.network, "gone"))) == [])
         #expect(machine.state == .failed)
         #expect(machine.error?.code == .network)
-        #expect(try machine.handle(.resume) == [.enqueue])
+        #expect(try machine.handle(.resume) == [])
         #expect(machine.error == nil)
 
         machine = DownloadStateMachine(state: .active)
@@ -53,12 +53,12 @@ struct StateMachineTests {
     @Test("cancel drops partial data; discard keeps the state and is refused while active")
     func cancelDiscard() throws {
         var machine = DownloadStateMachine(state: .active)
-        #expect(try machine.handle(.cancel) == [.stopTransfer, .removePartialData, .checkTransaction])
+        #expect(try machine.handle(.cancel) == [.stopTransfer, .removePartialData])
         #expect(machine.state == .cancelled)
         #expect(try machine.handle(.cancel) == [])
         #expect(throws: CourierError.self) { try machine.handle(.resume) }
 
-        var paused = DownloadStateMachine(state: .paused, pauseReason: "user")
+        var paused = DownloadStateMachine(state: .paused, pauseReason: .user)
         #expect(try paused.handle(.discard) == [.removePartialData])
         #expect(paused.state == .paused)
         var active = DownloadStateMachine(state: .active)
@@ -70,16 +70,30 @@ struct StateMachineTests {
         var cancelled = DownloadStateMachine(state: .cancelled)
         #expect(try cancelled.handle(.failed(CourierError(.paused, "stopped"))) == [.removePartialData])
         #expect(cancelled.state == .cancelled)
-        var paused = DownloadStateMachine(state: .paused, pauseReason: "user")
+        var paused = DownloadStateMachine(state: .paused, pauseReason: .user)
         #expect(try paused.handle(.failed(CourierError(.paused, "stopped"))) == [])
         #expect(paused.state == .paused)
-        #expect(paused.pauseReason == "user")
+        #expect(paused.pauseReason == .user)
+    }
+
+    @Test("an interruption pauses with its error; a user's pause over it carries none; resume clears both")
+    func pauseReasons() throws {
+        var machine = DownloadStateMachine(state: .active)
+        #expect(try machine.handle(.pause(.interrupted)) == [.stopTransfer])
+        #expect(machine.pauseReason == .interrupted)
+        #expect(machine.error?.code == .interrupted)
+        #expect(try machine.handle(.pause(.user)) == [])
+        #expect(machine.pauseReason == .user)
+        #expect(machine.error == nil)
+        _ = try machine.handle(.resume)
+        #expect(machine.pauseReason == nil && machine.error == nil && machine.state == .waiting)
+        #expect(PauseReason.allCases.map(\.rawValue) == ["user", "interrupted", "insufficientSpace"])
     }
 
     @Test("a dead owner's active download waits again")
     func ownerDied() throws {
         var machine = DownloadStateMachine(state: .active)
-        #expect(try machine.handle(.ownerDied) == [.enqueue])
+        #expect(try machine.handle(.ownerDied) == [])
         #expect(machine.state == .waiting)
         var finished = DownloadStateMachine(state: .finished)
         #expect(try finished.handle(.ownerDied) == [])
@@ -96,7 +110,7 @@ struct StateMachineTests {
             }
             #expect(machine.state == .purchased)
         }
-        #expect(try machine.handle(.finish(downloads: [.finished, .cancelled])) == [.markFinished, .notifyFinished])
+        #expect(try machine.handle(.finish(downloads: [.finished, .cancelled])) == [.markFinished])
         #expect(machine.state == .finished)
         #expect(try machine.handle(.finish(downloads: [.finished])) == [])
         #expect(throws: CourierError.self) { try machine.handle(.verified(restored: false)) }
@@ -118,6 +132,6 @@ struct StateMachineTests {
         var failed = TransactionStateMachine()
         _ = try failed.handle(.failed(CourierError(.receiptInvalid, "bad")))
         #expect(failed.state == .failed)
-        #expect(try failed.handle(.finish(downloads: [])) == [.markFinished, .notifyFinished])
+        #expect(try failed.handle(.finish(downloads: [])) == [.markFinished])
     }
 }
