@@ -15,7 +15,7 @@ public struct DatabaseJournalStore: ResumeJournalStore {
         do {
             // A row whose journal breaks an invariant (ResumeJournal.validationProblem) gives none:
             // the download starts over from byte 0.
-            return try store.pool.read { db in try QueueRows.fetchDownload(db, id: downloadId)?.journal.validated() }
+            return try store.pool.read { db in try QueueStore.fetchDownload(db, id: downloadId)?.journal.validated() }
         } catch let error as CourierError {
             throw error
         } catch {
@@ -45,7 +45,7 @@ public struct DatabaseJournalStore: ResumeJournalStore {
 
     public func remove(downloadId: String) throws {
         do {
-            try store.write(durable: false) { db in try QueueRows.resetJournal(db, downloadId: downloadId, now: Date()) }
+            try store.write(durable: false) { db in try QueueStore.resetJournal(db, downloadId: downloadId, now: Date()) }
         } catch {
             throw CourierError(.io, "cannot reset the journal of download \(downloadId)", cause: "\(error)")
         }

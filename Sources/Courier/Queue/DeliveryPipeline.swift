@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import Logging
 
 /// What a pipeline run did and where its scope stands.
@@ -202,7 +201,7 @@ public final class DeliveryPipeline: Sendable {
             if outcome.finished { summary.finishedDownloads.append(outcome.downloadId) }
             if let transaction = outcome.finishedTransaction { summary.finishedTransactions.append(transaction) }
         }
-        summary.unfinished = try unfinishedDownloads(scope: scope)
+        summary.unfinished = try queue.unfinishedDownloads(scope: scope)
         return summary
     }
 
@@ -291,7 +290,7 @@ public final class DeliveryPipeline: Sendable {
             do {
                 // A worker that lost its lease (it stalled and another process took over) must
                 // not touch the download any more.
-                guard try queue.lease(record.id)?.owner.token == queue.leases.owner.token else {
+                guard try queue.holdsLease(record.id) else {
                     logger.debug("lease lost; leaving the download to its new owner")
                     return outcome
                 }
@@ -334,20 +333,6 @@ public final class DeliveryPipeline: Sendable {
                 if Task.isCancelled { return }
                 try? await Task.sleep(nanoseconds: UInt64(backoff.delay(attempt: attempt) * 1e9))
             }
-        }
-    }
-
-    private func unfinishedDownloads(scope: DeliveryScope) throws -> [DownloadRecord] {
-        let (condition, arguments) = scope.condition
-        return try queue.read { db in
-            try Row.fetchAll(
-                db.cachedStatement(sql: """
-                    SELECT d.* FROM downloads d JOIN transactions t ON t.id = d.transactionId
-                    WHERE d.state != 'finished' AND t.state != 'finished' AND \(condition)
-                    ORDER BY d.createdAt, d.id
-                    """),
-                arguments: arguments
-            ).map(QueueRows.download)
         }
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// Why a download counts as stalled (DESIGN.md, "CLI for stalled downloads").
 public enum StallReason: String, Sendable, Codable {
@@ -68,34 +67,11 @@ extension PaymentQueue {
         let host = leases.owner.host
         let stallTimeout = configuration.stallTimeout
         return try read { db in
-            let rows = try Row.fetchCursor(
-                db.cachedStatement(sql: """
-                    SELECT t.id AS t_id, t.productId AS t_productId, t.state AS t_state, t.createdAt AS t_createdAt,
-                        l.downloadId AS l_downloadId, l.ownerPid AS l_ownerPid, l.ownerStartTime AS l_ownerStartTime,
-                        l.host AS l_host, l.token AS l_token, l.acquiredAt AS l_acquiredAt,
-                        l.heartbeatAt AS l_heartbeatAt, l.expiresAt AS l_expiresAt, d.*
-                    FROM transactions t
-                    LEFT JOIN downloads d ON d.transactionId = t.id
-                    LEFT JOIN leases l ON l.downloadId = d.id
-                    \(includeFinished ? "" : "WHERE t.state != 'finished'")
-                    ORDER BY t.createdAt, t.id, d.createdAt, d.id
-                    """))
             var entries: [QueueEntry] = []
             var liveness: [String: Bool] = [:]
-            while let row = try rows.next() {
-                let stateText: String = row["t_state"]
-                let download: DownloadRecord? = (row["id"] as String?) == nil ? nil : try QueueRows.download(row)
-                var lease: Lease?
-                if let leaseId: String = row["l_downloadId"] {
-                    lease = Lease(
-                        downloadId: leaseId,
-                        owner: LeaseOwner(pid: row["l_ownerPid"], startTime: row["l_ownerStartTime"], host: row["l_host"], token: row["l_token"]),
-                        acquiredAt: Date(timeIntervalSince1970: row["l_acquiredAt"]),
-                        heartbeatAt: Date(timeIntervalSince1970: row["l_heartbeatAt"]),
-                        expiresAt: Date(timeIntervalSince1970: row["l_expiresAt"]))
-                }
+            try QueueStore.entries(db, includeFinished: includeFinished) { row in
                 var alive: Bool?
-                if let lease {
+                if let lease = row.lease {
                     let key = "\(lease.owner.host) \(lease.owner.pid) \(lease.owner.startTime ?? -1) \(lease.expiresAt <= now)"
                     if let known = liveness[key] {
                         alive = known
@@ -106,11 +82,10 @@ extension PaymentQueue {
                 }
                 entries.append(
                     QueueEntry(
-                        transactionId: row["t_id"], productId: row["t_productId"],
-                        transactionState: TransactionState(rawValue: stateText) ?? .failed,
-                        transactionCreatedAt: Date(timeIntervalSince1970: row["t_createdAt"]),
-                        download: download, lease: lease, ownerAlive: alive,
-                        stalled: download?.stallReason(lease: lease, now: now, stallTimeout: stallTimeout, host: host)))
+                        transactionId: row.transactionId, productId: row.productId,
+                        transactionState: row.transactionState, transactionCreatedAt: row.transactionCreatedAt,
+                        download: row.download, lease: row.lease, ownerAlive: alive,
+                        stalled: row.download?.stallReason(lease: row.lease, now: now, stallTimeout: stallTimeout, host: host)))
             }
             return entries
         }

@@ -53,18 +53,6 @@ public enum DeliveryScope: Sendable, Equatable {
         }
         return json + "]"
     }
-
-    /// A SQL condition on `downloads d` and its arguments.
-    var condition: (sql: String, arguments: StatementArguments) {
-        switch self {
-        case .all:
-            return ("1", [])
-        case .downloads(let ids):
-            return ("d.id IN (SELECT value FROM json_each(?))", [Self.jsonList(ids)])
-        case .transactions(let ids):
-            return ("d.transactionId IN (SELECT value FROM json_each(?))", [Self.jsonList(ids)])
-        }
-    }
 }
 
 extension PaymentQueue {
@@ -75,26 +63,14 @@ extension PaymentQueue {
         guard limit > 0 else { return [] }
         if case .downloads(let ids) = scope, ids.isEmpty { return [] }
         if case .transactions(let ids) = scope, ids.isEmpty { return [] }
-        let (condition, arguments) = scope.condition
         let candidates: [String] = try read { db in
-            try String.fetchAll(
-                db.cachedStatement(sql: """
-                    SELECT d.id FROM downloads d JOIN transactions t ON t.id = d.transactionId
-                    LEFT JOIN leases l ON l.downloadId = d.id
-                    WHERE (d.state = 'waiting' OR d.state = 'active'
-                           OR (d.state = 'paused' AND d.pauseReason = 'interrupted'))
-                      AND t.state IN ('purchased', 'restored')
-                      AND (l.token IS NULL OR l.token != ?)
-                      AND \(condition)
-                    ORDER BY d.createdAt, d.id LIMIT ?
-                    """),
-                arguments: [leases.owner.token] + arguments + [limit * 4 + 8])
+            try QueueStore.claimCandidates(db, scope: scope, notLeasedTo: leases.owner.token, limit: limit * 4 + 8)
         }
         var claimed: [DownloadRecord] = []
         for id in candidates where claimed.count < limit {
             // Lazy: a claim lost to a power cut only leaves the download waiting.
             let record: DownloadRecord? = try commit(durable: false) { db in
-                guard var record = try QueueRows.fetchDownload(db, id: id) else { return (nil, []) }
+                guard var record = try QueueStore.fetchDownload(db, id: id) else { return (nil, []) }
                 let interrupted = record.state == .paused && record.pauseReason == .interrupted
                 guard record.state == .waiting || record.state == .active || interrupted else { return (nil, []) }
                 if let existing = try LeaseManager.lease(db, downloadId: id),
@@ -109,7 +85,7 @@ extension PaymentQueue {
                 _ = try machine.handle(.start)
                 try self.leases.acquire(db, downloadId: id, now: now)
                 record.apply(machine, at: now)
-                try QueueRows.updateState(db, download: record)
+                try QueueStore.updateState(db, download: record)
                 return (record, [.updatedDownloads([record])])
             }
             if let record { claimed.append(record) }
@@ -120,16 +96,7 @@ extension PaymentQueue {
     /// Whether some download of `scope` still needs work but another live process holds it.
     func hasWorkHeldElsewhere(scope: DeliveryScope, now: Date = Date()) throws -> Bool {
         if case .all = scope { return false }
-        let (condition, arguments) = scope.condition
-        let leases: [Lease] = try read { db in
-            try Row.fetchAll(
-                db.cachedStatement(sql: """
-                    SELECT l.* FROM downloads d JOIN leases l ON l.downloadId = d.id
-                    WHERE d.state IN ('waiting', 'active', 'paused') AND \(condition)
-                    """),
-                arguments: arguments
-            ).map(Lease.init)
-        }
+        let leases: [Lease] = try read { db in try QueueStore.leasesOnUnsettled(db, scope: scope) }
         return leases.contains { $0.owner.token != self.leases.owner.token && !$0.isStale(now: now, host: self.leases.owner.host) }
     }
 
@@ -138,8 +105,7 @@ extension PaymentQueue {
     func heartbeat(_ downloadId: String, now: Date = Date()) throws -> Bool {
         try commit(durable: false) { db in
             let held = try self.leases.heartbeat(db, downloadId: downloadId, now: now)
-            let state = try String.fetchOne(db.cachedStatement(sql: "SELECT state FROM downloads WHERE id = ?"), arguments: [downloadId])
-            return (held && state == DownloadState.active.rawValue, [])
+            return (try held && QueueStore.downloadState(db, id: downloadId) == .active, [])
         }
     }
 
@@ -154,18 +120,9 @@ extension PaymentQueue {
     /// Records the progress of an active download and tells observers.
     func recordProgress(_ downloadId: String, _ progress: DownloadProgress, length: Int64, now: Date = Date()) {
         _ = try? commit(durable: false) { db -> (Void, [PaymentQueueEvent]) in
-            let total = progress.totalBytes ?? length
-            let fraction = total > 0 ? min(1, Double(progress.bytesReceived) / Double(total)) : 0
-            try db.cachedStatement(sql: """
-                    UPDATE downloads SET progress = ?, rate = ?, timeRemaining = ?, updatedAt = ?,
-                        lastProgressAt = CASE WHEN ? > bytesReceived THEN ? ELSE lastProgressAt END,
-                        bytesReceived = ?
-                    WHERE id = ? AND state = 'active'
-                    """).execute(arguments: [
-                    fraction, progress.bytesPerSecond, progress.timeRemaining, now.timeIntervalSince1970,
-                    progress.bytesReceived, now.timeIntervalSince1970, progress.bytesReceived, downloadId,
-                ])
-            guard db.changesCount == 1, let record = try QueueRows.fetchDownload(db, id: downloadId) else { return ((), []) }
+            guard try QueueStore.recordProgress(db, downloadId: downloadId, progress, length: length, now: now),
+                let record = try QueueStore.fetchDownload(db, id: downloadId)
+            else { return ((), []) }
             return ((), [.updatedDownloads([record])])
         }
     }
@@ -173,29 +130,16 @@ extension PaymentQueue {
     /// The unfinished transactions of `scope` whose downloads are all finished (a process died
     /// between placing the last one and finishing), plus those with no content at all.
     func deliveredButUnfinished(scope: DeliveryScope) throws -> [String] {
-        let condition: String
-        let arguments: StatementArguments
-        switch scope {
-        case .all:
-            (condition, arguments) = ("1", [])
-        case .transactions(let ids):
-            (condition, arguments) = ("t.id IN (SELECT value FROM json_each(?))", [DeliveryScope.jsonList(ids)])
-        case .downloads(let ids):
-            (condition, arguments) = (
-                "t.id IN (SELECT transactionId FROM downloads WHERE id IN (SELECT value FROM json_each(?)))",
-                [DeliveryScope.jsonList(ids)]
-            )
-        }
-        return try read { db in
-            try String.fetchAll(
-                db.cachedStatement(sql: """
-                    SELECT t.id FROM transactions t
-                    WHERE t.state IN ('purchased', 'restored')
-                      AND NOT EXISTS (SELECT 1 FROM downloads d WHERE d.transactionId = t.id AND d.state != 'finished')
-                      AND \(condition)
-                    ORDER BY t.createdAt
-                    """),
-                arguments: arguments)
-        }
+        try read { db in try QueueStore.deliveredButUnfinished(db, scope: scope) }
+    }
+
+    /// The unfinished downloads of unfinished transactions in `scope`, oldest first.
+    func unfinishedDownloads(scope: DeliveryScope) throws -> [DownloadRecord] {
+        try read { db in try QueueStore.unfinishedDownloads(db, scope: scope) }
+    }
+
+    /// Whether this process holds the lease on `downloadId`.
+    func holdsLease(_ downloadId: String) throws -> Bool {
+        try lease(downloadId)?.owner.token == leases.owner.token
     }
 }

@@ -11,11 +11,11 @@ import Logging
 /// reported. Many processes may open one store: a download is worked under a lease (`LeaseManager`),
 /// and a pause or cancel written by one process reaches the lease owner at its next heartbeat.
 public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`; commits by `commitLock`.
-    public let store: StateStore
+    let store: StateStore
     public let layout: StorageLayout
     public let configuration: QueueConfiguration
     /// This process's leases.
-    public let leases: LeaseManager
+    let leases: LeaseManager
     let logger: Logger
     let events: PaymentQueueEvents
     let journals: DatabaseJournalStore
@@ -74,7 +74,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         for verified in transactions {
             let items = content.filter { $0.transactionId == verified.transactionId }
             let (record, downloads, inserted) = try commit { db -> ((TransactionRecord, [DownloadRecord], Bool), [PaymentQueueEvent]) in
-                if let existing = try QueueRows.fetchTransaction(db, id: verified.transactionId) {
+                if let existing = try QueueStore.fetchTransaction(db, id: verified.transactionId) {
                     return ((existing, [], false), [])
                 }
                 let now = Date()
@@ -87,7 +87,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                     id: verified.transactionId, originalTransactionId: verified.originalTransactionId,
                     productId: verified.productId, state: machine.state, restored: restored, verified: verified,
                     errorCode: machine.error?.code, errorMessage: machine.error?.message, createdAt: now, updatedAt: now)
-                try QueueRows.insert(db, transaction: record)
+                try QueueStore.insert(db, transaction: record)
                 var downloads: [DownloadRecord] = []
                 if actions.contains(.queueDownloads) {
                     for item in items {
@@ -101,7 +101,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                             errorMessage: nil, etag: nil, lastModified: nil, totalLength: nil, durableOffset: 0,
                             partialPath: self.partialFile(forDownload: id).path, contentURL: nil, createdAt: now,
                             updatedAt: now)
-                        try QueueRows.insert(db, download: download)
+                        try QueueStore.insert(db, download: download)
                         downloads.append(download)
                     }
                 }
@@ -145,35 +145,27 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     // MARK: Reading
 
     public func transaction(_ id: String) throws -> TransactionRecord? {
-        try read { db in try QueueRows.fetchTransaction(db, id: id) }
+        try read { db in try QueueStore.fetchTransaction(db, id: id) }
     }
 
     public func download(_ id: String) throws -> DownloadRecord? {
-        try read { db in try QueueRows.fetchDownload(db, id: id) }
+        try read { db in try QueueStore.fetchDownload(db, id: id) }
     }
 
     /// The compact JWS a transaction was verified from (nil for a legacy receipt's), read
     /// without decoding the whole stored transaction: the download stage asks for it per download.
     public func signedTransaction(_ transactionId: String) throws -> String? {
-        try read { db in
-            try String.fetchOne(
-                db.cachedStatement(sql: "SELECT json_extract(verified, '$.signedTransaction') FROM transactions WHERE id = ?"),
-                arguments: [transactionId])
-        }
+        try read { db in try QueueStore.signedTransaction(db, transactionId: transactionId) }
     }
 
     /// The downloads of `transactionId`, oldest first.
     public func downloads(transactionId: String) throws -> [DownloadRecord] {
-        try read { db in try QueueRows.fetchDownloads(db, transactionId: transactionId) }
+        try read { db in try QueueStore.fetchDownloads(db, transactionId: transactionId) }
     }
 
     /// Every transaction not yet finished, oldest first: what a process picks up at start.
     public func unfinished() throws -> [TransactionRecord] {
-        try read { db in
-            try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT * FROM transactions WHERE state != 'finished' ORDER BY createdAt, id")
-            ).map(QueueRows.transaction)
-        }
+        try read { db in try QueueStore.unfinishedTransactions(db) }
     }
 
     /// The lease on `downloadId`, if any.
@@ -184,22 +176,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// The downloads an id names: a download id, a transaction id (all its downloads), or an
     /// unambiguous prefix of either. Throws `notFound` or, for an ambiguous prefix, `usage`.
     public func resolve(_ id: String) throws -> [DownloadRecord] {
-        try read { db in
-            if let download = try QueueRows.fetchDownload(db, id: id) { return [download] }
-            if try QueueRows.fetchTransaction(db, id: id) != nil {
-                return try QueueRows.fetchDownloads(db, transactionId: id)
-            }
-            let pattern = id.replacingOccurrences(of: "%", with: "").replacingOccurrences(of: "_", with: "") + "%"
-            let downloadIds = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM downloads WHERE id LIKE ? LIMIT 2"), arguments: [pattern])
-            let transactionIds = try String.fetchAll(
-                db.cachedStatement(sql: "SELECT id FROM transactions WHERE id LIKE ? LIMIT 2"), arguments: [pattern])
-            if downloadIds.count + transactionIds.count > 1 {
-                throw CourierError(.usage, "\(id) names more than one download or transaction", hint: "give more of the id")
-            }
-            if let only = downloadIds.first, let download = try QueueRows.fetchDownload(db, id: only) { return [download] }
-            if let only = transactionIds.first { return try QueueRows.fetchDownloads(db, transactionId: only) }
-            throw CourierError(.notFound, "no download or transaction \(id)", hint: "see `courier list --all`")
-        }
+        try read { db in try QueueStore.resolve(db, id: id) }
     }
 
     // MARK: Controlling downloads
@@ -244,10 +221,10 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     public func finish(_ transactionId: String) throws -> (transaction: TransactionRecord, finishedNow: Bool) {
         let recorders = lock.withLock { finishRecorders }
         return try commit { db in
-            guard let record = try QueueRows.fetchTransaction(db, id: transactionId) else {
+            guard let record = try QueueStore.fetchTransaction(db, id: transactionId) else {
                 throw CourierError(.notFound, "no transaction \(transactionId)")
             }
-            let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
+            let downloads = try QueueStore.fetchDownloads(db, transactionId: transactionId)
             return try Self.applyFinish(db, record, downloads: downloads, recorders: recorders)
         }
     }
@@ -263,9 +240,9 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     private static func finishIfDelivered(
         _ db: Database, _ transactionId: String, recorders: [@Sendable (Database, TransactionRecord) throws -> Void]
     ) throws -> (TransactionRecord?, [PaymentQueueEvent]) {
-        let downloads = try QueueRows.fetchDownloads(db, transactionId: transactionId)
+        let downloads = try QueueStore.fetchDownloads(db, transactionId: transactionId)
         guard downloads.allSatisfy({ $0.state == .finished }),
-            let record = try QueueRows.fetchTransaction(db, id: transactionId),
+            let record = try QueueStore.fetchTransaction(db, id: transactionId),
             record.state == .purchased || record.state == .restored
         else { return (nil, []) }
         let ((finished, now), events) = try applyFinish(db, record, downloads: downloads, recorders: recorders)
@@ -287,29 +264,28 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         record.state = machine.state
         record.updatedAt = now
         record.finishedAt = now
-        try QueueRows.update(db, transaction: record)
+        try QueueStore.update(db, transaction: record)
         for recorder in recorders { try recorder(db, record) }
-        try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)")
-            .execute(arguments: [record.id])
+        try QueueStore.deleteLeases(db, transactionId: record.id)
         return ((record, true), [.updatedTransactions([record]), .removedTransactions([record])])
     }
 
     /// Registers `recorder` to run inside the database transaction that finishes a transaction,
     /// so what it writes (the finish webhook's outbox row) commits with the finish or not at all:
     /// a crash can lose neither alone. A recorder that throws rolls the finish back.
-    public func onFinish(_ recorder: @escaping @Sendable (Database, TransactionRecord) throws -> Void) {
+    func onFinish(_ recorder: @escaping @Sendable (Database, TransactionRecord) throws -> Void) {
         lock.withLock { finishRecorders.append(recorder) }
     }
 
     // MARK: Internals shared with the pipeline
 
     /// The partial file of a download, under Storage/Downloads/.
-    public func partialFile(forDownload id: String) -> URL {
+    func partialFile(forDownload id: String) -> URL {
         layout.downloads.appendingPathComponent("\(id).part")
     }
 
     /// Where a download's verified package lands before it is installed.
-    public func packageFile(forDownload id: String) -> URL {
+    func packageFile(forDownload id: String) -> URL {
         layout.downloads.appendingPathComponent("\(id).zip")
     }
 
@@ -353,7 +329,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     private func applyTransition(_ db: Database, _ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool) throws
         -> (DownloadRecord?, [DownloadStateMachine.Action], Bool, [PaymentQueueEvent])
     {
-        guard var record = try QueueRows.fetchDownload(db, id: downloadId) else {
+        guard var record = try QueueStore.fetchDownload(db, id: downloadId) else {
             throw CourierError(.notFound, "no download \(downloadId)")
         }
         var machine = DownloadStateMachine(record: record)
@@ -367,7 +343,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
             let ours = existing?.owner.token == self.leases.owner.token
             if existing == nil || ours || existing?.isStale(host: self.leases.owner.host) == true {
                 removeFiles = true
-                if !ours { try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ?").execute(arguments: [downloadId]) }
+                if !ours { try QueueStore.deleteLease(db, downloadId: downloadId) }
             } else if requireLease, let existing {
                 throw CourierError(
                     .leased,
@@ -378,10 +354,10 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         guard machine != before || removeFiles else { return (nil, actions, false, []) }
         let now = Date()
         record.apply(machine, at: now)
-        try QueueRows.updateState(db, download: record)
+        try QueueStore.updateState(db, download: record)
         if removeFiles && (actions.contains(.removePartialData) || event == .discard) {
-            try QueueRows.resetJournal(db, downloadId: downloadId, now: now)
-            record = try QueueRows.fetchDownload(db, id: downloadId) ?? record
+            try QueueStore.resetJournal(db, downloadId: downloadId, now: now)
+            record = try QueueStore.fetchDownload(db, id: downloadId) ?? record
         }
         return (record, actions, removeFiles, [.updatedDownloads([record])])
     }

@@ -1,4 +1,4 @@
-import Courier
+@testable import Courier
 import CourierTestSupport
 import Foundation
 import GRDB

@@ -1,0 +1,343 @@
+import Foundation
+import GRDB
+
+/// The queue's SQL, all of it: reading and writing the rows of the tables `QueueSchema` creates
+/// (transactions, downloads, leases). Every function runs inside the caller's database
+/// transaction, so a state change and what depends on it commit together. Times are stored as
+/// seconds since 1970 (REAL) and are `Date` everywhere outside this type.
+enum QueueStore {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        return decoder
+    }()
+
+    // MARK: Transactions
+
+    static func transaction(_ row: Row) throws -> TransactionRecord {
+        let json: String = row["verified"]
+        let verified: VerifiedTransaction
+        do {
+            verified = try decoder.decode(VerifiedTransaction.self, from: Data(json.utf8))
+        } catch {
+            throw CourierError(.internal, "a stored transaction is unreadable", cause: "\(error)")
+        }
+        let stateText: String = row["state"]
+        guard let state = TransactionState(rawValue: stateText) else {
+            throw CourierError(.internal, "a stored transaction has an unknown state \(stateText)")
+        }
+        let errorCode: String? = row["errorCode"]
+        let finishedAt: Double? = row["finishedAt"]
+        return TransactionRecord(
+            id: row["id"], originalTransactionId: row["originalTransactionId"], productId: row["productId"],
+            state: state, restored: row["restored"], verified: verified,
+            errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row["errorMessage"],
+            createdAt: Date(timeIntervalSince1970: row["createdAt"]),
+            updatedAt: Date(timeIntervalSince1970: row["updatedAt"]),
+            finishedAt: finishedAt.map(Date.init(timeIntervalSince1970:)))
+    }
+
+    static func fetchTransaction(_ db: Database, id: String) throws -> TransactionRecord? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM transactions WHERE id = ?"), arguments: [id]).map(transaction)
+    }
+
+    static func insert(_ db: Database, transaction t: TransactionRecord) throws {
+        let json = String(decoding: try encoder.encode(t.verified), as: UTF8.self)
+        try db.cachedStatement(sql: """
+                INSERT INTO transactions (id, originalTransactionId, productId, state, restored, verified,
+                    errorCode, errorMessage, createdAt, updatedAt, finishedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """).execute(arguments: [
+                t.id, t.originalTransactionId, t.productId, t.state.rawValue, t.restored, json,
+                t.errorCode?.rawValue, t.errorMessage, t.createdAt.timeIntervalSince1970,
+                t.updatedAt.timeIntervalSince1970, t.finishedAt?.timeIntervalSince1970,
+            ])
+    }
+
+    static func update(_ db: Database, transaction t: TransactionRecord) throws {
+        try db.cachedStatement(sql: """
+                UPDATE transactions SET state = ?, errorCode = ?, errorMessage = ?, updatedAt = ?, finishedAt = ?
+                WHERE id = ?
+                """).execute(arguments: [
+                t.state.rawValue, t.errorCode?.rawValue, t.errorMessage, t.updatedAt.timeIntervalSince1970,
+                t.finishedAt?.timeIntervalSince1970, t.id,
+            ])
+    }
+
+    // MARK: Downloads
+
+    static func download(_ row: Row) throws -> DownloadRecord {
+        let stateText: String = row["state"]
+        let placementText: String = row["placement"]
+        let urlText: String = row["url"]
+        guard let state = DownloadState(rawValue: stateText), let placement = Catalog.Placement(rawValue: placementText),
+            let url = URL(string: urlText)
+        else {
+            throw CourierError(.internal, "a stored download is unreadable", cause: "state \(stateText), placement \(placementText)")
+        }
+        let errorCode: String? = row["errorCode"]
+        let pauseReason: String? = row["pauseReason"]
+        let contentPath: String? = row["contentURL"]
+        let lastProgressAt: Double? = row["lastProgressAt"]
+        return DownloadRecord(
+            id: row["id"], transactionId: row["transactionId"], contentIdentifier: row["contentIdentifier"],
+            productId: row["productId"], url: url, sha256: row["sha256"], length: row["length"],
+            version: row["version"], placement: placement, unpackedLength: row["unpackedLength"], state: state,
+            pauseReason: pauseReason.map(PauseReason.init(stored:)), progress: row["progress"], bytesReceived: row["bytesReceived"],
+            rate: row["rate"], timeRemaining: row["timeRemaining"],
+            lastProgressAt: lastProgressAt.map(Date.init(timeIntervalSince1970:)),
+            errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row["errorMessage"],
+            etag: row["etag"], lastModified: row["lastModified"], totalLength: row["totalLength"],
+            durableOffset: row["durableOffset"], partialPath: row["partialPath"],
+            contentURL: contentPath.map { URL(fileURLWithPath: $0) },
+            createdAt: Date(timeIntervalSince1970: row["createdAt"]),
+            updatedAt: Date(timeIntervalSince1970: row["updatedAt"]))
+    }
+
+    static func fetchDownload(_ db: Database, id: String) throws -> DownloadRecord? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM downloads WHERE id = ?"), arguments: [id]).map(download)
+    }
+
+    static func fetchDownloads(_ db: Database, transactionId: String) throws -> [DownloadRecord] {
+        try Row.fetchAll(
+            db.cachedStatement(sql: "SELECT * FROM downloads WHERE transactionId = ? ORDER BY createdAt, id"), arguments: [transactionId]
+        ).map(download)
+    }
+
+    static func insert(_ db: Database, download d: DownloadRecord) throws {
+        try db.cachedStatement(sql: """
+                INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
+                    placement, unpackedLength, state, partialPath, createdAt, updatedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """).execute(arguments: [
+                d.id, d.transactionId, d.contentIdentifier, d.productId, d.url.absoluteString, d.sha256, d.length,
+                d.version, d.placement.rawValue, d.unpackedLength, d.state.rawValue, d.partialPath,
+                d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970,
+            ])
+    }
+
+    /// Writes the state columns of `d` (state, reason, error, content URL, rate when not active).
+    static func updateState(_ db: Database, download d: DownloadRecord) throws {
+        try db.cachedStatement(sql: """
+                UPDATE downloads SET state = ?, pauseReason = ?, errorCode = ?, errorMessage = ?, contentURL = ?,
+                    progress = ?, bytesReceived = ?, rate = ?, timeRemaining = ?, updatedAt = ?
+                WHERE id = ?
+                """).execute(arguments: [
+                d.state.rawValue, d.pauseReason?.rawValue, d.errorCode?.rawValue, d.errorMessage, d.contentURL?.path,
+                d.progress, d.bytesReceived, d.rate, d.timeRemaining, d.updatedAt.timeIntervalSince1970, d.id,
+            ])
+    }
+
+    /// Forgets the partial data of a download: journal back to zero, and progress too unless the
+    /// download is finished (its bytes went into the placed content).
+    static func resetJournal(_ db: Database, downloadId: String, now: Date) throws {
+        try db.cachedStatement(sql: """
+                UPDATE downloads SET etag = NULL, lastModified = NULL, totalLength = NULL, durableOffset = 0,
+                    bytesReceived = CASE WHEN state = 'finished' THEN bytesReceived ELSE 0 END,
+                    progress = CASE WHEN state = 'finished' THEN 1 ELSE 0 END,
+                    rate = 0, timeRemaining = CASE WHEN state = 'finished' THEN 0 ELSE NULL END, updatedAt = ?
+                WHERE id = ?
+                """).execute(arguments: [now.timeIntervalSince1970, downloadId])
+    }
+
+    // MARK: Queries of PaymentQueue
+
+    /// The compact JWS a transaction was verified from (nil for a legacy receipt's), read without
+    /// decoding the whole stored transaction.
+    static func signedTransaction(_ db: Database, transactionId: String) throws -> String? {
+        try String.fetchOne(
+            db.cachedStatement(sql: "SELECT json_extract(verified, '$.signedTransaction') FROM transactions WHERE id = ?"),
+            arguments: [transactionId])
+    }
+
+    /// Every transaction not yet finished, oldest first.
+    static func unfinishedTransactions(_ db: Database) throws -> [TransactionRecord] {
+        try Row.fetchAll(
+            db.cachedStatement(sql: "SELECT * FROM transactions WHERE state != 'finished' ORDER BY createdAt, id")
+        ).map(transaction)
+    }
+
+    /// The downloads an id names: a download id, a transaction id (all its downloads), or an
+    /// unambiguous prefix of either. Throws `notFound` or, for an ambiguous prefix, `usage`.
+    static func resolve(_ db: Database, id: String) throws -> [DownloadRecord] {
+        if let download = try fetchDownload(db, id: id) { return [download] }
+        if try fetchTransaction(db, id: id) != nil { return try fetchDownloads(db, transactionId: id) }
+        let pattern = id.replacingOccurrences(of: "%", with: "").replacingOccurrences(of: "_", with: "") + "%"
+        let downloadIds = try String.fetchAll(
+            db.cachedStatement(sql: "SELECT id FROM downloads WHERE id LIKE ? LIMIT 2"), arguments: [pattern])
+        let transactionIds = try String.fetchAll(
+            db.cachedStatement(sql: "SELECT id FROM transactions WHERE id LIKE ? LIMIT 2"), arguments: [pattern])
+        if downloadIds.count + transactionIds.count > 1 {
+            throw CourierError(.usage, "\(id) names more than one download or transaction", hint: "give more of the id")
+        }
+        if let only = downloadIds.first, let download = try fetchDownload(db, id: only) { return [download] }
+        if let only = transactionIds.first { return try fetchDownloads(db, transactionId: only) }
+        throw CourierError(.notFound, "no download or transaction \(id)", hint: "see `courier list --all`")
+    }
+
+    static func deleteLease(_ db: Database, downloadId: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ?").execute(arguments: [downloadId])
+    }
+
+    static func deleteLeases(_ db: Database, transactionId: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)")
+            .execute(arguments: [transactionId])
+    }
+
+    /// A SQL condition on `downloads d` selecting `scope`, and its arguments.
+    private static func condition(_ scope: DeliveryScope) -> (sql: String, arguments: StatementArguments) {
+        switch scope {
+        case .all:
+            return ("1", [])
+        case .downloads(let ids):
+            return ("d.id IN (SELECT value FROM json_each(?))", [DeliveryScope.jsonList(ids)])
+        case .transactions(let ids):
+            return ("d.transactionId IN (SELECT value FROM json_each(?))", [DeliveryScope.jsonList(ids)])
+        }
+    }
+
+    /// Ids of up to `limit` downloads of `scope` a worker may claim, oldest first: waiting, paused
+    /// by an interruption, or active (their owner may be dead), of a purchased or restored
+    /// transaction, and not leased to `token`.
+    static func claimCandidates(_ db: Database, scope: DeliveryScope, notLeasedTo token: String, limit: Int) throws -> [String] {
+        let (condition, arguments) = condition(scope)
+        return try String.fetchAll(
+            db.cachedStatement(sql: """
+                SELECT d.id FROM downloads d JOIN transactions t ON t.id = d.transactionId
+                LEFT JOIN leases l ON l.downloadId = d.id
+                WHERE (d.state = 'waiting' OR d.state = 'active'
+                       OR (d.state = 'paused' AND d.pauseReason = 'interrupted'))
+                  AND t.state IN ('purchased', 'restored')
+                  AND (l.token IS NULL OR l.token != ?)
+                  AND \(condition)
+                ORDER BY d.createdAt, d.id LIMIT ?
+                """),
+            arguments: [token] + arguments + [limit])
+    }
+
+    /// The leases on downloads of `scope` that still need work (waiting, active or paused).
+    static func leasesOnUnsettled(_ db: Database, scope: DeliveryScope) throws -> [Lease] {
+        let (condition, arguments) = condition(scope)
+        return try Row.fetchAll(
+            db.cachedStatement(sql: """
+                SELECT l.* FROM downloads d JOIN leases l ON l.downloadId = d.id
+                WHERE d.state IN ('waiting', 'active', 'paused') AND \(condition)
+                """),
+            arguments: arguments
+        ).map(Lease.init)
+    }
+
+    static func downloadState(_ db: Database, id: String) throws -> DownloadState? {
+        try String.fetchOne(db.cachedStatement(sql: "SELECT state FROM downloads WHERE id = ?"), arguments: [id])
+            .flatMap(DownloadState.init(rawValue:))
+    }
+
+    /// Records the progress of an active download; returns whether it was active.
+    static func recordProgress(_ db: Database, downloadId: String, _ progress: DownloadProgress, length: Int64, now: Date) throws -> Bool {
+        let total = progress.totalBytes ?? length
+        let fraction = total > 0 ? min(1, Double(progress.bytesReceived) / Double(total)) : 0
+        try db.cachedStatement(sql: """
+                UPDATE downloads SET progress = ?, rate = ?, timeRemaining = ?, updatedAt = ?,
+                    lastProgressAt = CASE WHEN ? > bytesReceived THEN ? ELSE lastProgressAt END,
+                    bytesReceived = ?
+                WHERE id = ? AND state = 'active'
+                """).execute(arguments: [
+                fraction, progress.bytesPerSecond, progress.timeRemaining, now.timeIntervalSince1970,
+                progress.bytesReceived, now.timeIntervalSince1970, progress.bytesReceived, downloadId,
+            ])
+        return db.changesCount == 1
+    }
+
+    /// The unfinished transactions of `scope` whose downloads are all finished, plus those with
+    /// no content at all.
+    static func deliveredButUnfinished(_ db: Database, scope: DeliveryScope) throws -> [String] {
+        let condition: String
+        let arguments: StatementArguments
+        switch scope {
+        case .all:
+            (condition, arguments) = ("1", [])
+        case .transactions(let ids):
+            (condition, arguments) = ("t.id IN (SELECT value FROM json_each(?))", [DeliveryScope.jsonList(ids)])
+        case .downloads(let ids):
+            (condition, arguments) = (
+                "t.id IN (SELECT transactionId FROM downloads WHERE id IN (SELECT value FROM json_each(?)))",
+                [DeliveryScope.jsonList(ids)]
+            )
+        }
+        return try String.fetchAll(
+            db.cachedStatement(sql: """
+                SELECT t.id FROM transactions t
+                WHERE t.state IN ('purchased', 'restored')
+                  AND NOT EXISTS (SELECT 1 FROM downloads d WHERE d.transactionId = t.id AND d.state != 'finished')
+                  AND \(condition)
+                ORDER BY t.createdAt
+                """),
+            arguments: arguments)
+    }
+
+    /// The unfinished downloads of unfinished transactions in `scope`, oldest first.
+    static func unfinishedDownloads(_ db: Database, scope: DeliveryScope) throws -> [DownloadRecord] {
+        let (condition, arguments) = condition(scope)
+        return try Row.fetchAll(
+            db.cachedStatement(sql: """
+                SELECT d.* FROM downloads d JOIN transactions t ON t.id = d.transactionId
+                WHERE d.state != 'finished' AND t.state != 'finished' AND \(condition)
+                ORDER BY d.createdAt, d.id
+                """),
+            arguments: arguments
+        ).map(download)
+    }
+
+    /// One row of `courier list`: a transaction, one of its downloads (none when it has no
+    /// content) and the download's lease.
+    struct EntryRow {
+        var transactionId: String
+        var productId: String
+        var transactionState: TransactionState
+        var transactionCreatedAt: Date
+        var download: DownloadRecord?
+        var lease: Lease?
+    }
+
+    /// The queue as `courier list` shows it, oldest transaction first, in one query (fast with
+    /// tens of thousands of transactions); finished transactions only when `includeFinished`.
+    static func entries(_ db: Database, includeFinished: Bool, _ body: (EntryRow) throws -> Void) throws {
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(sql: """
+                SELECT t.id AS t_id, t.productId AS t_productId, t.state AS t_state, t.createdAt AS t_createdAt,
+                    l.downloadId AS l_downloadId, l.ownerPid AS l_ownerPid, l.ownerStartTime AS l_ownerStartTime,
+                    l.host AS l_host, l.token AS l_token, l.acquiredAt AS l_acquiredAt,
+                    l.heartbeatAt AS l_heartbeatAt, l.expiresAt AS l_expiresAt, d.*
+                FROM transactions t
+                LEFT JOIN downloads d ON d.transactionId = t.id
+                LEFT JOIN leases l ON l.downloadId = d.id
+                \(includeFinished ? "" : "WHERE t.state != 'finished'")
+                ORDER BY t.createdAt, t.id, d.createdAt, d.id
+                """))
+        while let row = try rows.next() {
+            let stateText: String = row["t_state"]
+            var lease: Lease?
+            if let leaseId: String = row["l_downloadId"] {
+                lease = Lease(
+                    downloadId: leaseId,
+                    owner: LeaseOwner(pid: row["l_ownerPid"], startTime: row["l_ownerStartTime"], host: row["l_host"], token: row["l_token"]),
+                    acquiredAt: Date(timeIntervalSince1970: row["l_acquiredAt"]),
+                    heartbeatAt: Date(timeIntervalSince1970: row["l_heartbeatAt"]),
+                    expiresAt: Date(timeIntervalSince1970: row["l_expiresAt"]))
+            }
+            try body(
+                EntryRow(
+                    transactionId: row["t_id"], productId: row["t_productId"],
+                    transactionState: TransactionState(rawValue: stateText) ?? .failed,
+                    transactionCreatedAt: Date(timeIntervalSince1970: row["t_createdAt"]),
+                    download: (row["id"] as String?) == nil ? nil : try download(row), lease: lease))
+        }
+    }
+}
