@@ -165,15 +165,19 @@ enum QueueFormat {
         }
     }
 
-    static func bytes(_ count: Int64) -> String {
+    /// A byte count for people (binary units): the one formatter of the CLI.
+    static func bytes(_ count: Int64) -> String { bytes(Double(count)) }
+
+    static func bytes(_ count: Double) -> String {
+        guard count.isFinite else { return "? B" }
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(count)
+        var value = count
         var unit = 0
         while value >= 1024 && unit < units.count - 1 {
             value /= 1024
             unit += 1
         }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+        return unit == 0 ? "\(Int(value)) B" : String(format: "%.1f %@", value, units[unit])
     }
 
     static func duration(_ seconds: Double?) -> String {

@@ -95,14 +95,8 @@ struct PrestageCommand: AsyncParsableCommand {
 /// Runs `body`, cancelling it on SIGINT or SIGTERM (the job then pauses and publishes what is staged).
 func withSignalCancellation<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
     let task = Task { try await body() }
-    let sources = [SIGINT, SIGTERM].map { signalNumber -> any DispatchSourceSignal in
-        signal(signalNumber, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-        source.setEventHandler { task.cancel() }
-        source.resume()
-        return source
-    }
-    defer { sources.forEach { $0.cancel() } }
+    let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { task.cancel() }
+    defer { trap.cancel() }
     return try await withTaskCancellationHandler {
         try await task.value
     } onCancel: {
@@ -249,16 +243,7 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
         )
     }
 
-    static func bytes(_ count: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(count)
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
-    }
+    static func bytes(_ count: Int64) -> String { QueueFormat.bytes(count) }
 
     static func duration(_ seconds: Double) -> String {
         if seconds < 60 { return String(format: "%.1fs", seconds) }

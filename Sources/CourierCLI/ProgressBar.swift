@@ -87,14 +87,5 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
         output.status(text)
     }
 
-    static func bytes(_ count: Double) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = count
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        return unit == 0 ? "\(Int(value)) B" : String(format: "%.1f", value) + " " + units[unit]
-    }
+    static func bytes(_ count: Double) -> String { QueueFormat.bytes(count) }
 }
