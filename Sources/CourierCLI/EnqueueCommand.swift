@@ -18,46 +18,41 @@ struct EnqueueCommand: AsyncParsableCommand {
         try await global.run { output in
             var configuration = try global.loadConfiguration()
             receiptOptions.apply(to: &configuration)
-            if let catalog = purchase.catalog { configuration.catalog = catalog }
-            if let agent = AgentRoute.client(global) {  // hand the purchase to the running agent
-                let receipt = try ReceiptValidator.readReceipt(URL(fileURLWithPath: purchase.receiptFile))
-                let answer = try agent.send(
-                    AgentRequest(
-                        .enqueue, receipt: receipt, catalog: AgentRoute.absoluteCatalog(purchase.catalog),
-                        products: purchase.products.isEmpty ? nil : purchase.products, restore: purchase.restore ? true : nil))
-                let downloads = answer.downloads ?? []
-                report(answer.transactions ?? [], output: output, via: "the agent") { id in downloads.filter { $0.transactionId == id } }
+            if let agent = global.agentControl() {  // hand the purchase to the running agent
+                try report(await agent.perform(.enqueue(purchase.purchase())), output: output, via: "the agent")
                 return
             }
-            let runtime = try DeliveryRuntime(global: global, configuration: configuration)
-            defer { runtime.shutdown() }
-            let enqueued = try await runtime.enqueue(
-                receiptFile: purchase.receiptFile, catalogOverride: purchase.catalog, products: purchase.products, restore: purchase.restore,
-                configuration: configuration)
-            let queue = runtime.queue
-            try report(enqueued.transactions, output: output, via: nil) { try queue.downloads(transactionId: $0) }
-            // The others are queued; a purchase of a product the catalog does not list is not (exit 3).
-            if let notInCatalog = enqueued.notInCatalogError { throw notInCatalog }
+            let client = try CourierClient(
+                configuration: configuration, layout: global.layout, logger: global.logger("courier", default: .critical))
+            defer { client.shutdown() }
+            try report(await client.control.perform(.enqueue(purchase.purchase())), output: output, via: nil)
         }
     }
 
-    /// Prints what was queued (one line per transaction, or one `enqueued` JSON event).
-    private func report(
-        _ transactions: [TransactionRecord], output: Output, via: String?, downloadsOf: (String) throws -> [DownloadRecord]
-    ) rethrows {
-        do {
-            var lines: [[String: Any]] = []
-            for transaction in transactions {
-                let downloads = try downloadsOf(transaction.id)
-                lines.append([
-                    "transactionId": transaction.id, "productId": transaction.productId, "state": transaction.state.rawValue,
-                    "downloads": downloads.map { ["id": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
-                ])
-                if !output.json {
-                    output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")
-                }
+    /// Prints what was queued (one line per transaction, or one `enqueued` JSON event), then
+    /// throws for purchases of products the catalog does not list (exit 3; the others are queued).
+    private func report(_ result: QueueResult, output: Output, via: String?) throws {
+        var lines: [[String: Any]] = []
+        for transaction in result.transactions {
+            let downloads = result.downloads.filter { $0.transactionId == transaction.id }
+            lines.append([
+                "transactionId": transaction.id, "productId": transaction.productId, "state": transaction.state.rawValue,
+                "downloads": downloads.map { ["id": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
+            ])
+            if !output.json {
+                output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")
             }
-            if output.json { output.emit(["event": "enqueued", "transactions": lines, "agent": via != nil]) }
         }
+        if output.json { output.emit(["event": "enqueued", "transactions": lines, "agent": via != nil]) }
+        if let notInCatalog = result.notInCatalogError { throw notInCatalog }
+    }
+}
+
+extension PurchaseOptions {
+    /// The purchase these options name, its receipt read from `--receipt`.
+    func purchase() throws -> Purchase {
+        Purchase(
+            receipt: try ReceiptValidator.readReceipt(URL(fileURLWithPath: receiptFile)), catalog: catalog, products: products,
+            restore: restore)
     }
 }

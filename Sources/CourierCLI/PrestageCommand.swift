@@ -42,36 +42,17 @@ struct PrestageCommand: AsyncParsableCommand {
                 throw ValidationError("name the upstream catalog with --catalog FILE|URL")
             }
             let tree = try LocalStagingTree(root: URL(fileURLWithPath: dest, isDirectory: true))
-            // --jobs is what the user asked for: the engine runs that many, even against one host.
-            var transferConfiguration = configuration
-            transferConfiguration.transfer.maxConcurrentTransfers = jobs
-            transferConfiguration.transfer.maxTransfersPerHost = jobs
-            let services = try PrestageServices(configuration: transferConfiguration, layout: global.layout)
-            defer { services.shutdown() }
-            let (upstream, upstreamLocation) = try await services.loadCatalog(
-                location,
-                relativeTo: catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory
-            )
-            let plan = try PrestagePlan(
-                upstream: upstream,
-                upstreamLocation: upstreamLocation,
-                tree: tree,
-                products: product.isEmpty ? nil : Set(product)
-            )
-            var logger = Logger(label: "courier.prestage")
-            logger.logLevel = .error
-            let job = PrestageJob(
-                tree: tree,
-                fetcher: services.fetcher,
-                checker: services.checker,
-                configuration: PrestageConfiguration(jobs: jobs),
-                logger: logger
-            )
+            let runner = try PrestageRunner(
+                configuration: configuration, layout: global.layout, tree: tree, jobs: jobs,
+                logger: global.logger("courier.prestage", default: .error))
+            defer { runner.shutdown() }
+            let base = catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory
+            let products = product.isEmpty ? nil : Set(product)
             let progress = PrestageProgress(output: output)
             let summary: PrestageSummary
             do {
                 summary = try await withSignalCancellation {
-                    try await job.run(plan) { progress.handle($0) }
+                    try await runner.run(catalog: location, relativeTo: base, products: products) { progress.handle($0) }
                 }
             } catch let error as CourierError where error.code == .paused {
                 progress.finish()
@@ -249,36 +230,5 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
         if seconds < 60 { return String(format: "%.1fs", seconds) }
         let whole = Int(seconds)
         return whole >= 3600 ? "\(whole / 3600)h\(whole % 3600 / 60)m" : "\(whole / 60)m\(whole % 60)s"
-    }
-}
-
-
-
-/// The real parts `courier prestage` runs on: the transfer engine and the package inspector.
-struct PrestageServices {
-    let engine: TransferEngine
-    let fetcher: any PackageFetcher
-    let checker: any PackageChecker
-    let catalogLoader: CatalogLoader
-
-    init(configuration: CourierConfiguration, layout: StorageLayout) throws {
-        var logger = Logger(label: "courier.transfer")
-        logger.logLevel = .error
-        engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
-        logger.logLevel = .warning
-        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: logger)
-        fetcher = TransferPackageFetcher(engine: engine)
-        checker = InspectingPackageChecker(limits: configuration.packages)
-    }
-
-    func shutdown() {
-        engine.shutdown()
-    }
-
-    /// The upstream catalog (a file, or a URL fetched on the engine's connections) and the
-    /// location its relative URLs resolve against.
-    func loadCatalog(_ location: String, relativeTo base: URL) async throws -> (Catalog, URL?) {
-        let loaded = try await catalogLoader.load(location, relativeTo: base)
-        return (loaded.catalog, loaded.url)
     }
 }

@@ -44,9 +44,10 @@ struct ResumeCommand: AsyncParsableCommand {
             }
             guard !queueOnly, !changed.isEmpty else { return }
             // Carry them on through unpacking, placement and finish, as the agent would.
-            let runtime = try DeliveryRuntime(global: global, configuration: try global.loadConfiguration())
-            defer { runtime.shutdown() }
-            try await runtime.deliver(scope: .downloads(Set(changed.map(\.id))), output: output, retryStopped: false)
+            let client = try CourierClient(
+                configuration: global.loadConfiguration(), layout: global.layout, logger: global.logger("courier", default: .critical))
+            defer { client.shutdown() }
+            try await client.deliver(scope: .downloads(Set(changed.map(\.id))), output: output, retryStopped: false)
         }
     }
 }

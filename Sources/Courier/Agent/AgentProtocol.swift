@@ -75,6 +75,8 @@ public struct AgentResponse: Sendable, Codable, Equatable {
     public var downloads: [DownloadRecord]?
     /// `enqueue`: the queued transactions as stored. Events: updated or removed transactions.
     public var transactions: [TransactionRecord]?
+    /// `enqueue`: products of purchases the catalog does not list, left unqueued.
+    public var notInCatalog: [String]?
     /// Events only: `updatedTransactions`, `updatedDownloads`, `removedTransactions`,
     /// `restoreCompleted`, `restoreFailed`.
     public var event: String?

@@ -21,7 +21,8 @@ public struct AgentQueueControl: QueueControl {
         return QueueResult(
             entries: response.entries ?? [],
             downloads: response.downloads ?? [],
-            transactions: response.transactions ?? []
+            transactions: response.transactions ?? [],
+            notInCatalog: response.notInCatalog ?? []
         )
     }
 }
@@ -101,6 +102,7 @@ extension AgentResponse {
         case .enqueue:
             transactions = result.transactions
             downloads = result.downloads
+            notInCatalog = result.notInCatalog.isEmpty ? nil : result.notInCatalog
         }
     }
 }

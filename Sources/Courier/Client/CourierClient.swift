@@ -114,42 +114,32 @@ public final class CourierClient: Sendable {
 
     /// Validates `purchase`'s receipt, entitles its transactions in the catalog (its own, else the
     /// configured one) and queues them (only `products` when named; a restore of exactly those
-    /// with `restore`). Throws `notEntitled` when the receipt proves none of the asked purchases,
-    /// `usage` when there is no catalog.
-    public func enqueue(_ purchase: Purchase) async throws -> [TransactionRecord] {
+    /// with `restore`). Purchases of products the catalog does not list are left out
+    /// (`notInCatalog`). Throws `notEntitled` when nothing was queued, `usage` without a catalog.
+    public func enqueue(_ purchase: Purchase) async throws -> EnqueueResult {
         guard !purchase.receipt.isEmpty else { throw CourierError(.usage, "enqueue needs the receipt's bytes") }
         let location: String
         let base: URL
         if let catalog = purchase.catalog {
-            (location, base) = (
-                catalog, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
-            )
+            (location, base) = (catalog, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
         } else if let configured = configuration.catalog {
             (location, base) = (configured, configuration.baseDirectory)
         } else {
             throw CourierError(
-                .usage,
-                "no catalog to look the purchase up in",
-                hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration"
-            )
+                .usage, "no catalog to look the purchase up in",
+                hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration")
         }
         let validator = try receiptValidator()
         let loaded = try await catalogLoader.load(location, relativeTo: base)
         let products = purchase.products
-        let transactions = try await pipeline.enqueue(
-            receipt: purchase.receipt,
-            validator: ReceiptValidationStage(validator: validator),
+        let result = try await pipeline.enqueueReporting(
+            receipt: purchase.receipt, validator: ReceiptValidationStage(validator: validator),
             entitlements: CatalogEntitlementStage(catalog: loaded.catalog, location: loaded.url),
-            productIds: products.isEmpty ? nil : Set(products),
-            restore: purchase.restore
-        )
-        guard !transactions.isEmpty else {
-            throw CourierError(
-                .notEntitled,
-                "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")"
-            )
-        }
-        return transactions
+            productIds: products.isEmpty ? nil : Set(products), restore: purchase.restore)
+        guard result.transactions.isEmpty else { return result }
+        throw result.notInCatalogError
+            ?? CourierError(
+                .notEntitled, "the receipt proves no purchase\(products.isEmpty ? "" : " of \(products.joined(separator: ", "))")")
     }
 
     /// Delivers `scope` in the foreground until nothing in it can move, and returns where it

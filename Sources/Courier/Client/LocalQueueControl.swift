@@ -22,9 +22,10 @@ public struct LocalQueueControl: QueueControl {
     public func perform(_ command: QueueCommand) async throws -> QueueResult {
         if case .enqueue(let purchase) = command {
             guard let client else { throw CourierError(.internal, "this queue control cannot enqueue") }
-            let transactions = try await client.enqueue(purchase)
-            let downloads = try transactions.flatMap { try queue.downloads(transactionId: $0.id) }
-            return QueueResult(downloads: downloads, transactions: transactions)
+            let enqueued = try await client.enqueue(purchase)
+            let downloads = try enqueued.transactions.flatMap { try queue.downloads(transactionId: $0.id) }
+            return QueueResult(
+                downloads: downloads, transactions: enqueued.transactions, notInCatalog: enqueued.notInCatalog.map(\.productId))
         }
         return try performNow(command)
     }

@@ -72,12 +72,22 @@ public struct QueueResult: Sendable, Equatable {
     public var downloads: [DownloadRecord]
     /// `enqueue`: the queued transactions as stored.
     public var transactions: [TransactionRecord]
+    /// `enqueue`: products of verified purchases the catalog does not list, left unqueued while
+    /// the others were queued.
+    public var notInCatalog: [String]
 
-    public init(entries: [QueueEntry] = [], downloads: [DownloadRecord] = [], transactions: [TransactionRecord] = []) {
+    public init(
+        entries: [QueueEntry] = [], downloads: [DownloadRecord] = [], transactions: [TransactionRecord] = [],
+        notInCatalog: [String] = []
+    ) {
         self.entries = entries
         self.downloads = downloads
         self.transactions = transactions
+        self.notInCatalog = notInCatalog
     }
+
+    /// The `notEntitled` error naming `notInCatalog` (exit 3 once the rest is reported), or nil.
+    public var notInCatalogError: CourierError? { EnqueueResult.notInCatalogError(products: notInCatalog) }
 }
 
 /// Performs queue commands. Both implementations answer the same command with the same result

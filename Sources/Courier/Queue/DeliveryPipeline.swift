@@ -36,8 +36,11 @@ public struct EnqueueResult: Sendable {
     }
 
     /// `notEntitled` naming each product left out ("com.example.x: not in the catalog"), or nil.
-    public var notInCatalogError: CourierError? {
-        let products = Array(Set(notInCatalog.map(\.productId))).sorted()
+    public var notInCatalogError: CourierError? { Self.notInCatalogError(products: notInCatalog.map(\.productId)) }
+
+    /// `notEntitled` naming each of `products` as not in the catalog, or nil when there is none.
+    public static func notInCatalogError(products: [String]) -> CourierError? {
+        let products = Array(Set(products)).sorted()
         guard !products.isEmpty else { return nil }
         return CourierError(
             .notEntitled, products.map { "\($0): not in the catalog" }.joined(separator: "; "),

@@ -1,0 +1,47 @@
+import Foundation
+import Logging
+
+/// `courier prestage` assembled from a configuration: the transfer engine (running `jobs`
+/// transfers at once, even against one host), the fetcher and package inspector over it, and the
+/// catalog loader, around a `PrestageJob` on a staging tree. Call `shutdown()` once done.
+public final class PrestageRunner: Sendable {
+    let engine: TransferEngine
+    let catalogLoader: CatalogLoader
+    let tree: any StagingTree
+    let job: PrestageJob
+
+    public init(configuration: CourierConfiguration, layout: StorageLayout, tree: any StagingTree, jobs: Int, logger: Logger)
+        throws
+    {
+        var transfer = configuration.transfer
+        transfer.maxConcurrentTransfers = jobs
+        transfer.maxTransfersPerHost = jobs
+        engine = try TransferEngine(configuration: transfer, logger: logger)
+        // A stale catalog served from the cache is worth a warning even when the log is quiet.
+        var catalogLogger = logger
+        catalogLogger.logLevel = min(logger.logLevel, .warning)
+        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
+        self.tree = tree
+        job = PrestageJob(
+            tree: tree, fetcher: TransferPackageFetcher(engine: engine),
+            checker: InspectingPackageChecker(limits: configuration.packages), configuration: PrestageConfiguration(jobs: jobs),
+            logger: logger)
+    }
+
+    /// Stops the transfer engine.
+    public func shutdown() {
+        engine.shutdown()
+    }
+
+    /// Loads the upstream catalog at `location` (a file relative to `base`, or a URL), plans
+    /// `products` (every one when nil) against what the tree has published, and runs the job.
+    /// Cancelling the calling task pauses it (`paused`) once what is staged is published.
+    public func run(
+        catalog location: String, relativeTo base: URL, products: Set<String>?,
+        events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async throws -> PrestageSummary {
+        let loaded = try await catalogLoader.load(location, relativeTo: base)
+        let plan = try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
+        return try await job.run(plan, events: events)
+    }
+}
