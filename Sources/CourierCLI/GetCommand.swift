@@ -91,7 +91,7 @@ struct GetCommand: AsyncParsableCommand {
                 configuration.maxConcurrentTransfers = jobs
                 configuration.maxTransfersPerHost = jobs
             }
-            let engine = try TransferEngine(configuration: configuration, logger: Logger(label: "courier.get"))
+            let engine = try TransferEngine(configuration: configuration, logger: global.logger("courier.get", default: .warning))
             defer { engine.shutdown() }
             let requestHeaders = headers.map { header -> (String, String) in
                 let parts = header.split(separator: ":", maxSplits: 1)
@@ -174,8 +174,9 @@ struct GetCommand: AsyncParsableCommand {
         )
         let store = FileResumeJournalStore(directory: destination.deletingLastPathComponent())
         let bar = ProgressBar(output: output, label: destination.lastPathComponent)
+        let retries = RetryReporter(output: output)
         do {
-            let result = try await engine.download(request, journal: store) { bar.update($0) }
+            let result = try await engine.download(request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
             bar.finish()
             if !quietResult { report(result, output: output) }
             return result
@@ -186,7 +187,7 @@ struct GetCommand: AsyncParsableCommand {
             bar.finish()
             // A refusal before any byte leaves nothing behind (no empty part file, no journal).
             GetDestination.removeEmptyLeftovers(of: request, journal: store)
-            throw error
+            throw retries.summarized(error)
         }
     }
 
@@ -253,12 +254,15 @@ struct GetCommand: AsyncParsableCommand {
         let outcomes = await withTaskGroup(of: (DownloadRequest, Result<DownloadResult, any Error>).self) { group in
             for request in requests {
                 group.addTask {
+                    let retries = RetryReporter(output: output)
                     do {
-                        let result = try await engine.download(request, journal: store) { bar.update($0) }
+                        let result = try await engine.download(
+                            request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
                         bar.fileFinished(result)
                         if output.json { report(result, output: output) }
                         return (request, .success(result))
                     } catch {
+                        let error = retries.summarized(error)
                         GetDestination.removeEmptyLeftovers(of: request, journal: store)
                         if output.json, let error = error as? CourierError {
                             output.emit([
@@ -349,5 +353,46 @@ final class SignalTrap: @unchecked Sendable {  // @unchecked: sources are create
 
     func cancel() {
         for source in sources { source.cancel() }
+    }
+}
+
+/// Says each retry of one download as it is scheduled ("file.bin: HTTP 503; retry 2 of 5 in
+/// 0.4 s" on standard error, a `retry` event with --json), and adds the attempts and the time
+/// spent to the error a download finally fails with.
+final class RetryReporter: @unchecked Sendable {  // @unchecked: `retries` is only touched under `lock`.
+    private let output: Output
+    private let started = Date()
+    private let lock = NSLock()
+    private var retries = 0
+
+    init(output: Output) {
+        self.output = output
+    }
+
+    var report: @Sendable (TransferRetry) -> Void {
+        { [self] retry in
+            lock.withLock { retries += 1 }
+            if output.json {
+                output.emit([
+                    "event": "retry", "id": retry.id, "retry": retry.retry, "maxRetries": retry.maxRetries,
+                    "delay": (retry.delay * 1000).rounded() / 1000, "code": retry.error.code.rawValue, "message": retry.error.message,
+                ])
+            } else {
+                output.info(
+                    "courier: \(retry.id): \(retry.error.message); retry \(retry.retry) of \(retry.maxRetries) in \(Self.seconds(retry.delay))")
+            }
+        }
+    }
+
+    /// `error` with "after N attempts in T" added when the download was retried.
+    func summarized(_ error: any Error) -> any Error {
+        let count = lock.withLock { retries }
+        guard count > 0, var failure = error as? CourierError, failure.code != .paused else { return error }
+        failure.message += " (gave up after \(count + 1) attempts in \(Self.seconds(Date().timeIntervalSince(started))))"
+        return failure
+    }
+
+    static func seconds(_ value: Double) -> String {
+        value < 1 ? String(format: "%.2f s", value) : value < 10 ? String(format: "%.1f s", value) : "\(Int(value.rounded())) s"
     }
 }

@@ -142,10 +142,12 @@ public final class TransferEngine: Sendable {
     /// backs it). Fails with `.insufficientSpace` (partial data kept), `.integrity` (length or
     /// SHA-256 mismatch; the bad file is removed and the next call starts over), `.network`,
     /// `.serverRejected` (401) or `.notEntitled` (403). On success the journal is removed.
+    /// `retrying` hears each retry as it is scheduled (before the wait), so a front end can say it.
     public func download(
         _ request: DownloadRequest,
         journal store: any ResumeJournalStore,
-        progress: @escaping @Sendable (TransferProgress) -> Void
+        progress: @escaping @Sendable (TransferProgress) -> Void,
+        retrying: (@Sendable (TransferRetry) -> Void)? = nil
     ) async throws -> DownloadResult {
         var logger = self.logger
         logger[metadataKey: "download-id"] = "\(request.id)"
@@ -248,6 +250,7 @@ public final class TransferEngine: Sendable {
                 }
                 let delay = backoff.delay(attempt: retries, retryAfter: retryAfter)
                 logger.debug("retrying", metadata: ["error": "\(error)", "delay": "\(delay)", "retry": "\(retries)"])
+                retrying?(TransferRetry(id: request.id, retry: retries, maxRetries: configuration.maxRetries, delay: delay, error: error))
                 do {
                     try await Task.sleep(nanoseconds: UInt64(delay * 1e9))
                 } catch {
@@ -415,5 +418,24 @@ final class WorkerPool: @unchecked Sendable {  // @unchecked: `counter` is guard
         let index = counter
         lock.unlock()
         return queues[index % queues.count]
+    }
+}
+
+/// A retry `TransferEngine.download` has scheduled: retry `retry` of `maxRetries`, starting in
+/// `delay` seconds, after `error` (a refused connection, a timeout, an HTTP 503...).
+public struct TransferRetry: Sendable {
+    public var id: String
+    /// 1 for the first retry (the second attempt). Reset to 0 once bytes arrive again.
+    public var retry: Int
+    public var maxRetries: Int
+    public var delay: Double
+    public var error: CourierError
+
+    public init(id: String, retry: Int, maxRetries: Int, delay: Double, error: CourierError) {
+        self.id = id
+        self.retry = retry
+        self.maxRetries = maxRetries
+        self.delay = delay
+        self.error = error
     }
 }

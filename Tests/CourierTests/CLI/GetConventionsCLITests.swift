@@ -119,4 +119,34 @@ struct GetConventionsCLITests {
         #expect(lines.contains { $0.hasPrefix("ERR") && $0.contains("missing.txt") && $0.contains("404") }, "\(result.stdout)")
         #expect(!FileManager.default.fileExists(atPath: out.appendingPathComponent("missing.txt.courier-part").path))
     }
+
+    @Test("each retry is said as it is scheduled, on standard error and as NDJSON; the failure counts attempts and time")
+    func visibleRetries() throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        var behavior = FaultOrigin.Behavior()
+        behavior.status = 503
+        behavior.faultyResponses = 1000
+        let origin = try FaultOrigin(content: text, behavior: behavior)
+        defer { origin.stop() }
+        let config = try TransferFixture.writeConfigFile(in: folder)  // maxRetries 4
+        let file = folder.appending("file.bin")
+        let result = try CourierBinary.run(["get", origin.url().absoluteString, "-o", file.path, "--config", config.path])
+        #expect(result.status == 5, "\(result.stderr)")
+        for retry in 1...4 {
+            #expect(result.stderr.contains("file.bin: \(origin.url().absoluteString) answered HTTP 503; retry \(retry) of 4 in "), "\(result.stderr)")
+        }
+        #expect(result.stderr.contains("(gave up after 5 attempts in "), "\(result.stderr)")
+
+        let json = try CourierBinary.run(["get", origin.url().absoluteString, "-o", file.path, "--config", config.path, "--json"])
+        #expect(json.status == 5)
+        let retries = json.events.filter { $0["event"] as? String == "retry" }
+        #expect(retries.compactMap { $0["retry"] as? Int } == [1, 2, 3, 4], "\(json.stdout)")
+        #expect(retries.allSatisfy { $0["maxRetries"] as? Int == 4 && $0["code"] as? String == "network" && $0["delay"] is Double })
+        #expect(json.events.last?["event"] as? String == "error")
+        // -q keeps the retries quiet; the final error stays.
+        let quiet = try CourierBinary.run(["get", origin.url().absoluteString, "-o", file.path, "--config", config.path, "-q"])
+        #expect(!quiet.stderr.contains("retry 1 of 4"))
+        #expect(quiet.stderr.contains("gave up after 5 attempts"))
+    }
 }
