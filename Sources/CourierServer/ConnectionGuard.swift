@@ -43,35 +43,34 @@ final class ConnectionLimiter: @unchecked Sendable {  // @unchecked: `open` is g
 ///   closed at once, so the origin never holds more descriptors than the cap (plus those being
 ///   turned away) however many clients connect.
 /// - Head deadline: a request head must be complete within `headTimeout` of the connection
-///   opening, or of the first byte of a later request on a kept-alive connection; otherwise the
-///   connection is closed (a client that sends half a head and waits, "slowloris", holds
-///   nothing for long). Waiting between requests is the idle timeout's business
-///   (`HTTPConnectionStateHandler`), and so is a slow body.
+///   opening, and of the end of each exchange (its request read and its response written) on a
+///   kept-alive connection; otherwise the connection is closed without an answer. A client that
+///   sends half a head and waits ("slowloris"), before or after an answered request, holds
+///   nothing for long. A slow body, or a response being sent, is not the deadline's business
+///   (the idle timeout, `HTTPConnectionStateHandler`, handles a stalled body).
 ///
-/// `RequestPartObserver`, after the decoder, tells it when a head arrived and a response ended.
+/// The deadline is decided from counts, not from the order in which events arrive: a response's
+/// end reaches this handler after the client may already hold the response's bytes (and may
+/// already have sent the start of its next head), so "the head arrived" and "the response ended"
+/// cannot be a single state. With `heads` heads decoded, `requests` request ends decoded and
+/// `responses` response ends written, the connection is waiting for a head exactly when the
+/// three are equal; it then runs the deadline, and a decoded head cancels it.
+/// `RequestPartObserver`, after the decoder, reports the three events.
 final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    /// Where the connection is in its request cycle.
-    enum State {
-        /// Before `channelActive`.
-        case initial
-        /// Bytes of a head may be arriving; the deadline runs.
-        case readingHead
-        /// A head arrived; the request is being answered.
-        case inRequest
-        /// Between requests on a kept-alive connection; no deadline until the next byte.
-        case idle
-        /// Turned away by the cap, or closed by the deadline.
-        case closing
-    }
-
     let headTimeout: TimeAmount?
     let limiter: ConnectionLimiter?
     let logger: Logger
-    private(set) var state = State.initial
+    /// Turned away by the cap, or closed by the deadline: nothing more it sends is read.
+    private(set) var closing = false
+    private var started = false
+    /// Request heads decoded, request ends decoded, response ends written.
+    private(set) var heads = 0
+    private(set) var requests = 0
+    private(set) var responses = 0
     private var holdsSlot = false
     private var deadline: Scheduled<Void>?
     private var context: ChannelHandlerContext?
@@ -81,6 +80,10 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
         self.limiter = limiter
         self.logger = logger
     }
+
+    /// Whether the deadline is running: every request read was answered and no new head is
+    /// complete.
+    var awaitingHead: Bool { heads == requests && requests == responses }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -103,37 +106,40 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch state {
-        case .closing:
-            return  // turned away: nothing it sends is read
-        case .idle:
-            state = .readingHead
-            armDeadline(context)
-        case .initial, .readingHead, .inRequest:
-            break
-        }
+        guard !closing else { return }
         context.fireChannelRead(data)
     }
 
     /// The decoder produced a request head: the deadline is met.
     func headReceived() {
-        guard state != .closing else { return }
-        state = .inRequest
+        heads += 1
         deadline?.cancel()
         deadline = nil
     }
 
-    /// A response ended: the connection waits for the next request.
+    /// The decoder produced a request's end.
+    func requestEnded() {
+        requests += 1
+        armIfAwaitingHead()
+    }
+
+    /// A response's end was written.
     func responseEnded() {
-        guard state == .inRequest else { return }
-        state = .idle
+        responses += 1
+        armIfAwaitingHead()
+    }
+
+    private func armIfAwaitingHead() {
+        guard awaitingHead, let context else { return }
+        armDeadline(context)
     }
 
     private func start(_ context: ChannelHandlerContext) {
-        guard state == .initial else { return }
+        guard !started else { return }
+        started = true
         if let limiter {
             guard limiter.acquire() else {
-                state = .closing
+                closing = true
                 logger.debug("connection refused: the origin holds its maximum of \(limiter.maximum) connections")
                 let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
                     + "Connection: close\r\nContent-Length: \(Self.busyBody.utf8.count)\r\n\r\n" + Self.busyBody
@@ -145,18 +151,18 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
             }
             holdsSlot = true
         }
-        state = .readingHead
         armDeadline(context)
     }
 
     static let busyBody = #"{"error":"busy","message":"the origin holds its maximum number of connections","status":"503"}"#
 
     private func armDeadline(_ context: ChannelHandlerContext) {
-        guard let headTimeout else { return }
+        guard let headTimeout, !closing else { return }
         deadline?.cancel()
+        let headsBefore = heads
         deadline = context.eventLoop.assumeIsolated().scheduleTask(in: headTimeout) { [weak self] in
-            guard let self, self.state == .readingHead, let context = self.context else { return }
-            self.state = .closing
+            guard let self, !self.closing, self.heads == headsBefore, let context = self.context else { return }
+            self.closing = true
             self.logger.debug("connection closed: no complete request head within \(headTimeout)")
             context.close(promise: nil)
         }
@@ -172,8 +178,9 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 }
 
-/// Sits after the HTTP decoder: tells the `ConnectionGuardHandler` when a request head has
-/// arrived and when a response has ended, and keeps a close from cutting a finished response.
+/// Sits after the HTTP decoder: tells the `ConnectionGuardHandler` when a request's head and end
+/// were decoded and when a response's end was written, and keeps a close from cutting a
+/// finished response.
 ///
 /// NIO's `close()` drops writes still queued in the channel, and Hummingbird closes a connection
 /// right after writing a response's end when it shuts down gracefully (or when the idle timer
@@ -200,7 +207,11 @@ final class RequestPartObserver: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head = unwrapInboundIn(data) { guardHandler.headReceived() }
+        switch unwrapInboundIn(data) {
+        case .head: guardHandler.headReceived()
+        case .end: guardHandler.requestEnded()
+        case .body: break
+        }
         context.fireChannelRead(data)
     }
 

@@ -19,13 +19,14 @@ public struct OriginConfiguration: Sendable {
     /// Bytes per second each package response is held to (nginx's `limit_rate`), or nil for no
     /// limit (the default).
     public var rateLimit: Int64?
-    /// Seconds a client has to send a complete request head, from the connection opening or from
-    /// the first byte of a later request on a kept-alive connection; the connection is closed
-    /// after that. nil for no deadline. Default 10.
+    /// Seconds a client has to send a complete request head, from the connection opening and from
+    /// the end of each exchange on a kept-alive connection (its request read, its response
+    /// written); the connection is closed after that, so it also bounds how long a kept-alive
+    /// connection waits for its next request. nil for no deadline. Default 10.
     public var requestHeadTimeout: Double?
-    /// Seconds a connection may stay without reading a request part (waiting for the next
-    /// request, or between the pieces of a slow head or body) before it is closed; a response
-    /// being sent is never cut by it. nil for none. Default 30.
+    /// Seconds a connection may stay without reading a request part (a stalled body, or waiting
+    /// for a request when there is no head deadline) before it is closed; a response being sent
+    /// is never cut by it. nil for none. Default 30.
     public var idleTimeout: Double?
     /// Open connections at most; one beyond that gets `503` with `Connection: close` and is
     /// closed at once. nil for no cap. Default 1024.

@@ -110,16 +110,70 @@ struct OriginLimitsTests {
         let stillOpen = results.filter { !$0.closed }.count
         #expect(stillOpen == 0, "\(stillOpen) of 200 still open")
         #expect(results.allSatisfy { $0.bytes.isEmpty })
-        // A head that arrives in time is answered, kept alive, and its connection is not cut by
-        // the deadline while idle (no idle timeout here).
+        // A head that arrives in time is answered and its connection kept alive; the next head
+        // is then due within the deadline too, so a kept-alive connection that sends nothing
+        // more is closed (no idle timeout here).
         let kept = try await offPool { () -> (Data, Bool) in
             let connection = try RawConnection(port: port)
             try connection.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            let answer = connection.readUntilClosed(timeout: 4)
+            let answer = connection.readUntilClosed(timeout: 30)
             return (answer.bytes, answer.closed)
         }
         #expect(String(decoding: kept.0, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
-        #expect(!kept.1, "an idle kept-alive connection is the idle timeout's business, not the head deadline's")
+        #expect(kept.1)
+        try await origin.stop()
+    }
+
+    @Test("a request and half of the next head in one packet: the answer, then the deadline closes it")
+    func halfHeadBehindARequest() async throws {
+        let fixture = try fixture()
+        defer { fixture.folder.remove() }
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
+            $0.requestHeadTimeout = 1
+            $0.idleTimeout = nil
+        }
+        let port = origin.port
+        // The half head reaches the server with the request before it (one send, one read): no
+        // later byte marks its start, and it arrives before the first response has ended.
+        let (answer, closed) = try await offPool { () -> (Data, Bool) in
+            let connection = try RawConnection(port: port)
+            try connection.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + Self.halfHead)
+            let rest = connection.readUntilClosed(timeout: 30)
+            return (rest.bytes, rest.closed)
+        }
+        let text = String(decoding: answer, as: UTF8.self)
+        #expect(text.hasPrefix("HTTP/1.1 200"))
+        #expect(text.components(separatedBy: "HTTP/1.1 ").count == 2, "one answer, none for the half head")
+        #expect(closed, "the half head behind a request must be closed by the head deadline")
+        try await origin.stop()
+    }
+
+    @Test("a head sent while the previous response is still streaming is served; the deadline never cuts a response")
+    func headDuringResponse() async throws {
+        var fixture = try ContentFixture()
+        defer { fixture.folder.remove() }
+        try fixture.addPackage(Self.pack, size: 3_000_000)
+        try fixture.publishCatalog(products: [Self.pack])
+        // 1 MB/s: the first response takes about 3 s, three times the head deadline.
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate(), chunkSize: 64 * 1024) {
+            $0.requestHeadTimeout = 1
+            $0.idleTimeout = nil
+            $0.rateLimit = 1_000_000
+        }
+        let port = origin.port
+        let path = "/" + ContentFixture.path(Self.pack)
+        let received = try await offPool { () -> Data in
+            let connection = try RawConnection(port: port)
+            // Both heads at once (pipelined): the second waits for the first response.
+            try connection.send(
+                "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
+            return connection.readUntilClosed(timeout: 30).bytes
+        }
+        let text = String(decoding: received, as: UTF8.self)
+        #expect(text.hasPrefix("HTTP/1.1 200"))
+        #expect(received.count > 3_000_000, "the whole package, then the second answer")
+        #expect(text.contains(#"{"catalog":"published","status":"ok"}"#))
         try await origin.stop()
     }
 
