@@ -49,12 +49,8 @@ struct AgentCommand: AsyncParsableCommand {
             if let catalog { configuration.catalog = AgentRequest.absoluteCatalog(catalog) }
             if let webhook { configuration.queue.finishWebhook = webhook }
             let level = logLevel.flatMap { Logger.Level(rawValue: $0) } ?? global.logLevel(default: .info)
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
-            let logger = Logger(label: "courier.agent")
+            var logger = Logger(label: "courier.agent")
+            logger.logLevel = level
             let layout = global.layout
             var clientOptions = CourierClient.Options()
             clientOptions.announcesFinishes = true

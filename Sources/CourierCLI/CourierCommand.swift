@@ -1,6 +1,7 @@
 import ArgumentParser
 import Courier
 import Foundation
+import Logging
 
 /// `courier`: delivers purchased content. One file per subcommand; see README.md.
 @main
@@ -51,6 +52,9 @@ struct CourierCommand: AsyncParsableCommand {
         // user's alone from its first byte: no file is ever created readable by others and then
         // chmodded (DESIGN.md, "Secure by default").
         umask(0o077)
+        // The one logging setup: every logger writes to standard error; each command sets its
+        // level through GlobalOptions.logger (--verbose, --quiet, COURIER_LOG).
+        LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {

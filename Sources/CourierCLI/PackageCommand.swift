@@ -141,13 +141,11 @@ struct PackageInstallCommand: AsyncParsableCommand {
 
 extension ContentPlacer {
     /// The placer of the storage named by the global options, logging warnings to standard error
-    /// (`COURIER_LOG_LEVEL` changes the level).
+    /// (`COURIER_LOG`, `--verbose` or `--quiet` change the level).
     static func forCLI(global: GlobalOptions, configuration: CourierConfiguration) throws -> ContentPlacer {
         let layout = global.layout
         let store = try StateStore(layout: layout)
-        var logger = Logger(label: "courier", factory: { label in StreamLogHandler.standardError(label: label) })
-        logger.logLevel =
-            ProcessInfo.processInfo.environment["COURIER_LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .warning
+        let logger = global.logger("courier", default: .warning)
         return ContentPlacer(
             layout: layout,
             store: store,
