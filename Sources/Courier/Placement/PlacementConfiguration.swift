@@ -7,7 +7,9 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
     /// Whether cache-placed content may be purged, least recently used first, to make room for a
     /// delivery. Documents are never purged. Default true.
     public var purgeCaches: Bool = true
-    /// Bytes kept free on the storage filesystem beyond what a delivery needs. Default 64 MiB.
+    /// Bytes kept free on the storage filesystem beyond what a delivery needs: not a setting of
+    /// its own but `transfer.diskReserve` (one reserve for the one filesystem), set by
+    /// `CourierConfiguration`. Default 64 MiB.
     public var diskReserve: Int64 = 64 << 20
     /// When neither the package nor the catalog says how large content unpacks, the space check
     /// assumes this multiple of the package's length. Default 2.
@@ -23,14 +25,13 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case purgeCaches, diskReserve, unpackedSizeFactor, syncBeforeRename, maxInterruptedInstalls
+        case purgeCaches, unpackedSizeFactor, syncBeforeRename, maxInterruptedInstalls
     }
 
     public init(from decoder: any Decoder) throws {
         self.init()
         let c = try decoder.container(keyedBy: CodingKeys.self)
         purgeCaches = try c.decode(.purgeCaches, or: purgeCaches)
-        diskReserve = try c.decode(.diskReserve, or: diskReserve)
         unpackedSizeFactor = try c.decode(.unpackedSizeFactor, or: unpackedSizeFactor)
         syncBeforeRename = try c.decode(.syncBeforeRename, or: syncBeforeRename)
         maxInterruptedInstalls = try c.decode(.maxInterruptedInstalls, or: maxInterruptedInstalls)
@@ -39,7 +40,6 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(purgeCaches, forKey: .purgeCaches)
-        try c.encode(diskReserve, forKey: .diskReserve)
         try c.encode(unpackedSizeFactor, forKey: .unpackedSizeFactor)
         try c.encode(syncBeforeRename, forKey: .syncBeforeRename)
         try c.encode(maxInterruptedInstalls, forKey: .maxInterruptedInstalls)

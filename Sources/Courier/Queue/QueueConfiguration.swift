@@ -14,7 +14,9 @@ public struct QueueConfiguration: Sendable, Codable, Equatable {
     /// Seconds between heartbeats of a held lease (also how fast an owner notices a pause or
     /// cancel written by another process). Default 2.
     public var heartbeatInterval: Double = 2
-    /// Seconds without a received byte after which an active download counts as stalled. Default 60.
+    /// Seconds without a received byte after which an active download counts as stalled: not a
+    /// setting of its own but twice `transfer.stallTimeout` (the transfer's watchdog has retried
+    /// by then), set by `CourierConfiguration`. Default 60.
     public var stallTimeout: Double = 60
     /// Seconds between progress writes to the store for one download. Default 0.5.
     public var progressInterval: Double = 0.5
@@ -27,7 +29,7 @@ public struct QueueConfiguration: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case maxConcurrentDownloads, maxConcurrentInstalls, leaseDuration, heartbeatInterval
-        case stallTimeout, progressInterval, autoFinish, finishWebhook
+        case progressInterval, autoFinish, finishWebhook
     }
 
     public init(from decoder: any Decoder) throws {
@@ -37,7 +39,6 @@ public struct QueueConfiguration: Sendable, Codable, Equatable {
         maxConcurrentInstalls = try c.decode(.maxConcurrentInstalls, or: d.maxConcurrentInstalls)
         leaseDuration = try c.decode(.leaseDuration, or: d.leaseDuration)
         heartbeatInterval = try c.decode(.heartbeatInterval, or: d.heartbeatInterval)
-        stallTimeout = try c.decode(.stallTimeout, or: d.stallTimeout)
         progressInterval = try c.decode(.progressInterval, or: d.progressInterval)
         autoFinish = try c.decode(.autoFinish, or: d.autoFinish)
         finishWebhook = try c.decodeIfPresent(String.self, forKey: .finishWebhook)

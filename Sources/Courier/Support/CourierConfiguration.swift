@@ -8,7 +8,9 @@ import Foundation
 public struct CourierConfiguration: Sendable, Codable, Equatable {
     /// The catalog: a file path or a URL. `nil` means none is configured.
     public var catalog: String?
-    public var transfer: TransferConfiguration
+    /// Its `stallTimeout` and `diskReserve` are the only settings of their kind: `queue` and
+    /// `placement` take theirs from it whenever it changes.
+    public var transfer: TransferConfiguration { didSet { shareTransferSettings() } }
     public var receipts: ReceiptConfiguration
     public var packages: PackageConfiguration
     public var placement: PlacementConfiguration
@@ -32,6 +34,14 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         self.packages = packages
         self.placement = placement
         self.queue = queue
+        shareTransferSettings()
+    }
+
+    /// Gives `queue` and `placement` the transfer's stall timeout (doubled: a download counts as
+    /// stalled once the transfer's own watchdog has had its turn) and disk reserve.
+    private mutating func shareTransferSettings() {
+        queue.stallTimeout = transfer.stallTimeout * 2
+        placement.diskReserve = transfer.diskReserve
     }
 
     enum CodingKeys: String, CodingKey {
@@ -47,6 +57,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         packages = try container.decode(.packages, or: defaults.packages)
         placement = try container.decode(.placement, or: defaults.placement)
         queue = try container.decode(.queue, or: defaults.queue)
+        shareTransferSettings()
     }
 
     /// The default configuration file: `COURIER_CONFIG`, else `./Config/courier.json` when it

@@ -75,7 +75,7 @@ struct ContentCommandTests {
         let package = directory.appending("pack.zip")
         try PackageFixtures.infoZip(product: Self.product, version: "1", files: ["a.txt": Data("a".utf8)], at: package)
         let config = directory.appending("courier.json")
-        try Data(#"{"placement": {"diskReserve": 1152921504606846976}}"#.utf8).write(to: config)
+        try Data(#"{"transfer": {"diskReserve": 1152921504606846976}}"#.utf8).write(to: config)
         let result = try courier(["package", "install", package.path, "--placement", "documents", "--config", config.path, "--json"], in: directory)
         #expect(result.status == 4, "\(result.stdout)")
         #expect(result.events.last?["code"] as? String == "insufficientSpace")

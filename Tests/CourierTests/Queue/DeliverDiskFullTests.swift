@@ -29,8 +29,7 @@ private func unmount(_ mountPoint: URL) {
 /// the small volumes these tests mount); `Shop` keeps a configuration file it finds.
 private func smallReserve(_ shop: Shop) throws {
     let text = """
-        {"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRetries": 2, "initialBackoff": 0.1, "diskReserve": 1048576},
-         "placement": {"diskReserve": 1048576}}
+        {"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRetries": 2, "initialBackoff": 0.1, "diskReserve": 1048576}}
         """
     try Data(text.utf8).write(to: shop.directory.appending("courier.json"))
 }
