@@ -6,7 +6,8 @@ import Foundation
 struct CancelCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cancel",
-        abstract: "Cancel a download (or every download of a transaction, or --all) and drop its partial data.")
+        abstract: "Cancel a download (or every download of a transaction, or --all) and drop its partial data.",
+        discussion: "A cancelled download is queued again by `courier resume ID` (not by resume --all); it starts from zero.")
 
     @OptionGroup var global: GlobalOptions
 
@@ -24,6 +25,9 @@ struct CancelCommand: AsyncParsableCommand {
         try await global.run { output in
             let changed = try await global.queueControl().perform(.cancel(QueueFormat.target(id: id, all: all))).downloads
             QueueFormat.report(output, verb: "cancelled", changed: changed)
+            if !changed.isEmpty && !output.json {
+                output.info("courier: to queue one again: courier resume ID (it starts from zero)")
+            }
         }
     }
 }

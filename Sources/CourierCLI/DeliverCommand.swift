@@ -99,7 +99,8 @@ extension CourierClient {
             }
             for download in summary.unfinished {
                 let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
-                output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)")
+                let next = download.state == .cancelled ? "; queue it again with: courier resume \(download.id)" : ""
+                output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)\(next)")
             }
         }
         if interrupted {

@@ -10,7 +10,9 @@ struct ResumeCommand: AsyncParsableCommand {
         discussion: """
             A download is stalled when its owner died (its lease expired), when it moved no bytes \
             for the stall timeout, or when it failed or paused for the network or for disk space. \
-            Resumed downloads continue from their journal.
+            Resumed downloads continue from their journal. A cancelled download named by its id \
+            (or its transaction's) is queued again and starts from zero; --all and --stalled leave \
+            cancelled downloads alone.
             """)
 
     @OptionGroup var global: GlobalOptions

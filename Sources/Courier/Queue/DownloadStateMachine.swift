@@ -20,7 +20,9 @@ public struct DownloadStateMachine: Sendable, Equatable {
         case start
         /// Pause, by the user or because the process stops (`interrupted`).
         case pause(PauseReason)
-        /// Continue a paused or failed download: it waits for a worker again.
+        /// Continue a paused or failed download, or start a cancelled one again (as StoreKit lets
+        /// an app start a cancelled download again; its partial data went with the cancel, so it
+        /// starts from zero): it waits for a worker again.
         case resume
         case cancel
         /// Drop the partial data, keeping the download's state.
@@ -79,7 +81,7 @@ public struct DownloadStateMachine: Sendable, Equatable {
         case (.pause, _):
             throw refusal("pause")
 
-        case (.resume, .paused), (.resume, .failed):
+        case (.resume, .paused), (.resume, .failed), (.resume, .cancelled):
             move(to: .waiting)
             return []
         case (.resume, .waiting), (.resume, .active):

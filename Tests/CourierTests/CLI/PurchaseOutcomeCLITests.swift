@@ -75,4 +75,35 @@ struct PurchaseOutcomeCLITests {
         #expect(result.stdout.contains("com.example.coins: no hosted content in the catalog"), "\(result.stdout)")
         #expect(try transactions(shop)["com.example.coins"] == "finished")
     }
+
+    @Test("a cancelled download is queued again by resume ID (not by resume --all), and delivered")
+    func wayBackFromCancel() throws {
+        let shop = try Shop(payloadSize: 1024)
+        defer { shop.stop() }
+        let receipt = try shop.receipt(["com.example.levels", "com.example.music"])
+        var arguments = shop.deliverArguments(receipt)
+        arguments[0] = "enqueue"
+        let enqueued = try shop.courier(arguments + ["--json"])
+        #expect(enqueued.status == 0, "\(enqueued.stderr)")
+        let queued = (enqueued.events.last?["transactions"] as? [[String: Any]]) ?? []
+        let ids = queued.compactMap { $0["transactionId"] as? String }
+        #expect(ids.count == 2)
+        let cancelled = try shop.courier(["cancel", "--all"])
+        #expect(cancelled.status == 0, "\(cancelled.stderr)")
+        #expect(cancelled.stderr.contains("courier resume ID"), "\(cancelled.stderr)")
+        // deliver says how to get it back.
+        let again = try shop.courier(shop.deliverArguments(receipt))
+        #expect(again.stderr.contains("cancelled; queue it again with: courier resume"), "\(again.stderr)")
+        // --all leaves cancelled downloads alone.
+        let all = try shop.courier(["resume", "--all"])
+        #expect(all.status == 0, "\(all.stderr)")
+        #expect(!shop.isPlaced("com.example.levels"))
+        // resume ID brings one back and, without an agent, delivers it.
+        let levels = try #require(queued.first { $0["productId"] as? String == "com.example.levels" }?["transactionId"] as? String)
+        let resumed = try shop.courier(["resume", levels])
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        #expect(shop.isPlaced("com.example.levels"))
+        #expect(!shop.isPlaced("com.example.music"))
+        #expect(try transactions(shop)["com.example.levels"] == "finished")
+    }
 }

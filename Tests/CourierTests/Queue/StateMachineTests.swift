@@ -56,7 +56,9 @@ struct StateMachineTests {
         #expect(try machine.handle(.cancel) == [.stopTransfer, .removePartialData])
         #expect(machine.state == .cancelled)
         #expect(try machine.handle(.cancel) == [])
-        #expect(throws: CourierError.self) { try machine.handle(.resume) }
+        // A cancelled download can be started again (issue 14: StoreKit allows it); it waits, from zero.
+        #expect(try machine.handle(.resume) == [])
+        #expect(machine.state == .waiting)
 
         var paused = DownloadStateMachine(state: .paused, pauseReason: .user)
         #expect(try paused.handle(.discard) == [.removePartialData])
