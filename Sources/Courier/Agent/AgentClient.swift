@@ -1,9 +1,11 @@
 import Foundation
+import Synchronization
 
 /// A connection to a running agent's control socket: send requests, read answers, or follow
-/// the queue's events. Blocking; use it from a command's main flow or a dedicated thread.
+/// the queue's events. Blocking; use it from a command's main flow or a dedicated thread. One
+/// exchange at a time: the connection is held for the whole of a `send` or `subscribe`.
 public final class AgentClient: Sendable {
-    private let connection: UnixSocketConnection
+    private let connection: Mutex<UnixSocketConnection>
     public let socketPath: String
 
     /// Connects to the agent of `layout` (`Storage/agent.sock`); nil when no agent runs there
@@ -12,29 +14,31 @@ public final class AgentClient: Sendable {
         let path = layout.agentSocket.path
         guard FileManager.default.fileExists(atPath: path) else { return nil }
         guard let connection = try? UnixSocketConnection.connect(to: path, timeout: timeout) else { return nil }
-        return AgentClient(connection: connection, socketPath: path)
+        return AgentClient(connection: Mutex(connection), socketPath: path)
     }
 
     /// Connects to the socket at `path`, throwing `notFound` when nothing listens.
     public init(socketPath path: String, timeout: Double = 300) throws {
-        connection = try UnixSocketConnection.connect(to: path, timeout: timeout)
+        connection = Mutex(try UnixSocketConnection.connect(to: path, timeout: timeout))
         socketPath = path
     }
 
-    private init(connection: UnixSocketConnection, socketPath: String) {
+    private init(connection: consuming Mutex<UnixSocketConnection>, socketPath: String) {
         self.connection = connection
         self.socketPath = socketPath
     }
 
     deinit {
-        connection.close()
+        connection.withLock { $0.close() }
     }
 
     /// Sends `request` and returns the agent's answer; a refusal is thrown as its `CourierError`.
     @discardableResult
     public func send(_ request: AgentRequest) throws -> AgentResponse {
-        try connection.write(AgentWire.encode(request))
-        let response = try readResponse()
+        let response = try connection.withLock { connection in
+            try connection.write(AgentWire.encode(request))
+            return try Self.readResponse(connection)
+        }
         if !response.ok, let failure = response.error { throw failure.error }
         return response
     }
@@ -44,13 +48,13 @@ public final class AgentClient: Sendable {
     public func subscribe(_ onEvent: (AgentResponse) -> Bool) throws {
         try send(AgentRequest(.subscribe))
         while true {
-            guard let line = try connection.readLine() else { return }
+            guard let line = try connection.withLock({ try $0.readLine() }) else { return }
             let event = try AgentWire.decode(AgentResponse.self, from: line)
             if !onEvent(event) { return }
         }
     }
 
-    private func readResponse() throws -> AgentResponse {
+    private static func readResponse(_ connection: UnixSocketConnection) throws -> AgentResponse {
         guard let line = try connection.readLine() else {
             throw CourierError(.io, "the agent closed the control connection without an answer")
         }

@@ -1,28 +1,29 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Serves the control socket (`Storage/agent.sock`): one thread accepts, one thread per client
-/// reads newline-delimited JSON requests and writes one response line each; `subscribe` turns
-/// the connection into a stream of event lines until the client closes it. Peers with another
-/// uid than the agent's are refused (SO_PEERCRED). Never runs on Swift's cooperative pool.
-final class AgentControlServer: @unchecked Sendable {  // @unchecked: `connections` and `stopped` are guarded by `lock`.
-    typealias Handler = @Sendable (AgentRequest) -> AgentResponse
+/// Serves the control socket (`Storage/agent.sock`) on SwiftNIO's event loops: each client is a
+/// child task of `run()` that reads newline-delimited JSON requests and writes one response line
+/// each; `subscribe` turns the connection into a stream of event lines until the client closes
+/// it. Peers with another uid than the agent's are refused (SO_PEERCRED). No thread per client,
+/// and none blocked: requests are answered on the cooperative pool.
+final class AgentControlServer: Sendable {
+    typealias Handler = @Sendable (AgentRequest) async -> AgentResponse
+    typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
 
     private let listener: UnixSocketListener
     private let queue: PaymentQueue
     private let handler: Handler
     private let logger: Logger
     private let allowedUID: uid_t
-    private let lock = NSLock()
-    private var connections: [Int32: UnixSocketConnection] = [:]
-    private var stopped = false
-    private let acceptExited = DispatchSemaphore(value: 0)
 
-    /// Binds the socket at `path` (0600; a stale one replaced). `start()` begins serving.
+    /// Binds the socket at `path` (0600; a stale one replaced; a live agent there refused with
+    /// `leased`). Connections wait in the backlog until `run()` serves them.
     init(path: String, queue: PaymentQueue, logger: Logger, allowedUID: uid_t = getuid(), handler: @escaping Handler) throws {
         listener = try UnixSocketListener(path: path)
         self.queue = queue
@@ -31,146 +32,141 @@ final class AgentControlServer: @unchecked Sendable {  // @unchecked: `connectio
         self.allowedUID = allowedUID
     }
 
-    func start() {
-        let thread = Thread { [self] in acceptLoop() }
-        thread.name = "courier.agent.accept"
-        thread.start()
-    }
-
-    /// Stops accepting, removes the socket file and disconnects every client.
-    func stop() {
-        let open: [UnixSocketConnection]? = lock.withLock {
-            guard !stopped else { return nil }
-            stopped = true
-            return Array(connections.values)
-        }
-        guard let open else { return }
-        listener.stop()
-        for connection in open { connection.shutdownBoth() }
-        // The accept thread closes the listening descriptor itself; wait for it briefly.
-        _ = acceptExited.wait(timeout: .now() + 2)
-    }
-
-    private func acceptLoop() {
-        defer {
-            listener.close()
-            acceptExited.signal()
-        }
-        while let connection = listener.accept() {
-            let accepted: Bool = lock.withLock {
-                guard !stopped else { return false }
-                connections[connection.descriptor] = connection
-                return true
-            }
-            guard accepted else {
-                connection.close()
-                return
-            }
-            let thread = Thread { [self] in serve(connection) }
-            thread.name = "courier.agent.client"
-            thread.start()
-        }
-    }
-
-    private func serve(_ connection: UnixSocketConnection) {
-        defer {
-            lock.withLock { _ = connections.removeValue(forKey: connection.descriptor) }
-            connection.close()
-        }
-        guard let uid = connection.peerUID(), uid == allowedUID else {
-            logger.warning("refused a control connection from another user", metadata: ["uid": "\(connection.peerUID().map { "\($0)" } ?? "?")"])
-            let refusal = AgentResponse.failure(
-                CourierError(.notEntitled, "the agent serves only its own user (uid \(allowedUID))"))
-            // Take the client's request first (waiting 2 s at most): closing with it unread would
-            // reset the connection and could discard the refusal before the client reads it.
-            connection.setReceiveTimeout(2)
-            _ = try? connection.readLine()
-            if let line = try? AgentWire.encode(refusal) { try? connection.write(line) }
-            return
-        }
+    /// Serves clients until the calling task is cancelled; then closes every connection and
+    /// removes the socket file.
+    func run() async throws {
+        defer { unlink(listener.path) }
+        let server: NIOAsyncChannel<Connection, Never>
         do {
-            while let line = try connection.readLine() {
-                if line.isEmpty { continue }
-                let request: AgentRequest
-                do {
-                    request = try AgentWire.decode(AgentRequest.self, from: line)
-                } catch {
-                    try connection.write(
-                        AgentWire.encode(AgentResponse.failure(CourierError(.usage, "not a control request", cause: "\(error)"))))
-                    continue
+            server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(listener.descriptor) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(ControlLineDecoder()))
+                        return try Connection(wrappingChannelSynchronously: channel)
+                    }
                 }
-                if request.command == .subscribe {
-                    try stream(to: connection)
+        } catch {
+            Glibc.close(listener.descriptor)
+            throw CourierError(.io, "cannot serve the control socket \(listener.path)", cause: "\(error)")
+        }
+        // Cancelling the task ends the accept loop and every client task with it.
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { clients in
+                for try await client in clients {
+                    group.addTask { await self.serve(client) }
+                }
+            }
+        }
+    }
+
+    private func serve(_ connection: Connection) async {
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                let credentials = try? await Self.peerCredentials(connection.channel)
+                guard let uid = credentials?.uid, uid == allowedUID else {
+                    try await refuse(credentials, inbound, outbound)
                     return
                 }
-                try connection.write(AgentWire.encode(handler(request)))
+                // One iterator for the connection's life (a NIO stream allows only one).
+                var lines = inbound.makeAsyncIterator()
+                while let line = try await lines.next() {
+                    if line.readableBytes == 0 { continue }
+                    let request: AgentRequest
+                    do {
+                        request = try AgentWire.decode(AgentRequest.self, from: Data(line.readableBytesView))
+                    } catch {
+                        try await outbound.write(
+                            AgentWire.line(AgentResponse.failure(CourierError(.usage, "not a control request", cause: "\(error)"))))
+                        continue
+                    }
+                    if request.command == .subscribe {
+                        try await stream(&lines, outbound)
+                        return
+                    }
+                    try await outbound.write(AgentWire.line(await handler(request)))
+                }
             }
         } catch {
             logger.debug("control connection ended", metadata: ["error": "\(error)"])
         }
     }
 
+    /// The credentials of the process at the other end (SO_PEERCRED).
+    private static func peerCredentials(_ channel: any Channel) async throws -> PeerCredentials? {
+        guard let provider = channel as? any SocketOptionProvider else { return nil }
+        let future: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(
+            level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(SO_PEERCRED))
+        return try await future.get()
+    }
+
+    /// Answers a peer of another user with a refusal. The client's request is taken first
+    /// (waiting 2 s at most): closing with it unread would reset the connection and could
+    /// discard the refusal before the client reads it.
+    private func refuse(
+        _ credentials: PeerCredentials?, _ inbound: NIOAsyncChannelInboundStream<ByteBuffer>,
+        _ outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+    ) async throws {
+        logger.warning("refused a control connection from another user", metadata: ["uid": "\(credentials.map { "\($0.uid)" } ?? "?")"])
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { _ = try? await inbound.first { _ in true } }
+            group.addTask { try? await Task.sleep(nanoseconds: 2_000_000_000) }
+            await group.next()
+            group.cancelAll()
+        }
+        try await outbound.write(
+            AgentWire.line(AgentResponse.failure(CourierError(.notEntitled, "the agent serves only its own user (uid \(allowedUID))"))))
+    }
+
     /// Acknowledges a subscription, then writes each queue event as a line until the client
-    /// closes the connection or the agent stops.
-    private func stream(to connection: UnixSocketConnection) throws {
-        let subscriber = EventRelay()
-        queue.addObserver(subscriber)
-        defer { queue.removeObserver(subscriber) }
-        try connection.write(AgentWire.encode(AgentResponse()))
-        while true {
-            let events = subscriber.take(waiting: 0.25)
-            for event in events {
-                try connection.write(AgentWire.encode(AgentResponse(event: event)))
+    /// closes the connection or the agent stops. A client that reads slower than events come
+    /// loses the oldest beyond 4,096 (the store has the current state).
+    private func stream(
+        _ lines: inout NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator, _ outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>
+    ) async throws {
+        let events = queue.eventStream()
+        try await outbound.write(AgentWire.line(AgentResponse()))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await event in events { try await outbound.write(AgentWire.line(AgentResponse(event: event))) }
             }
-            let stopped = lock.withLock { self.stopped }
-            if stopped || connection.peerClosed() { return }
+            while try await lines.next() != nil {}  // until the client closes
+            group.cancelAll()
         }
     }
 }
 
-/// Buffers the queue's events for one subscriber's thread, so a slow client never holds up the
-/// queue's observer calls.
-final class EventRelay: PaymentQueueObserver, @unchecked Sendable {  // @unchecked: `pending` is guarded by `lock`.
-    private let lock = NSLock()
-    private var pending: [PaymentQueueEvent] = []
-    private let signal = DispatchSemaphore(value: 0)
-    /// Beyond this many unsent events the oldest are dropped (the store has the current state).
-    private let limit = 4096
+/// Splits the control socket's bytes into lines (without their newline), refusing a line longer
+/// than `UnixSocketConnection.maxLineBytes`.
+struct ControlLineDecoder: ByteToMessageDecoder {
+    typealias InboundOut = ByteBuffer
+    /// How many readable bytes are known to hold no newline (so a long line is scanned once).
+    private var scanned = 0
 
-    private func append(_ event: PaymentQueueEvent) {
-        lock.withLock {
-            pending.append(event)
-            if pending.count > limit { pending.removeFirst(pending.count - limit) }
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        let bytes = buffer.readableBytesView
+        guard let newline = bytes.dropFirst(scanned).firstIndex(of: 0x0A) else {
+            scanned = bytes.count
+            guard scanned <= UnixSocketConnection.maxLineBytes else {
+                throw CourierError(.usage, "a control request is longer than \(UnixSocketConnection.maxLineBytes) bytes")
+            }
+            return .needMoreData
         }
-        signal.signal()
+        scanned = 0
+        let line = buffer.readSlice(length: newline - bytes.startIndex)
+        buffer.moveReaderIndex(forwardBy: 1)
+        if let line { context.fireChannelRead(wrapInboundOut(line)) }
+        return .continue
     }
 
-    /// The events buffered so far, waiting up to `seconds` for one.
-    func take(waiting seconds: Double) -> [PaymentQueueEvent] {
-        _ = signal.wait(timeout: .now() + seconds)
-        return lock.withLock {
-            defer { pending.removeAll() }
-            return pending
-        }
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        return .needMoreData
     }
+}
 
-    func paymentQueue(_ queue: PaymentQueue, updatedTransactions transactions: [TransactionRecord]) {
-        append(.updatedTransactions(transactions))
-    }
-
-    func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord]) {
-        append(.updatedDownloads(downloads))
-    }
-
-    func paymentQueue(_ queue: PaymentQueue, removedTransactions transactions: [TransactionRecord]) {
-        append(.removedTransactions(transactions))
-    }
-
-    func paymentQueueRestoreCompletedTransactionsFinished(_ queue: PaymentQueue, productIds: [String]) {
-        append(.restoreCompleted(productIds: productIds))
-    }
-
-    func paymentQueue(_ queue: PaymentQueue, restoreCompletedTransactionsFailedWithError error: CourierError) {
-        append(.restoreFailed(error))
+extension AgentWire {
+    /// `value` as one line for a NIO channel.
+    static func line<T: Encodable>(_ value: T) throws -> ByteBuffer {
+        ByteBuffer(bytes: try encode(value))
     }
 }

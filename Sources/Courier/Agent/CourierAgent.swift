@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -51,17 +52,24 @@ public final class CourierAgent: Service, Sendable {
         try queue.layout.prepare()
         let server = try AgentControlServer(
             path: queue.layout.agentSocket.path, queue: queue, logger: logger
-        ) { [self] request in handle(request) }
-        server.start()
-        defer { server.stop() }
+        ) { [self] request in await handle(request) }
         options.onReady?()
         logger.info(
             "agent started",
             metadata: ["socket": "\(queue.layout.agentSocket.path)", "unfinished": "\((try? queue.unfinished().count) ?? 0)"])
         let pipeline = client.pipeline
         let logger = self.logger
+        // One task group: the control socket, the pipeline and the maintenance loop. Graceful
+        // shutdown cancels it, and every child (each client, each download) with it.
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    do {
+                        try await server.run()
+                    } catch where !Task.isCancelled {
+                        logger.error("the control socket stopped", metadata: ["error": "\(error)"])
+                    } catch {}
+                }
                 group.addTask {
                     do {
                         try await pipeline.run(scope: .all, untilIdle: false)
@@ -122,54 +130,24 @@ public final class CourierAgent: Service, Sendable {
     }
 
     /// Answers one control request with the same `LocalQueueControl` the CLI uses without an
-    /// agent (called on the socket's threads; blocking is fine there).
-    func handle(_ request: AgentRequest) -> AgentResponse {
+    /// agent.
+    func handle(_ request: AgentRequest) async -> AgentResponse {
         do {
             let command = try request.queueCommand()
-            let control = self.control
-            let result: QueueResult
-            if case .enqueue = command {
-                result = try waitFor { try await control.perform(command) }
-            } else {
-                result = try control.performNow(command)
-            }
-            return AgentResponse(result, of: command)
+            return AgentResponse(try await control.perform(command), of: command)
         } catch let error as CourierError {
             return .failure(error)
         } catch {
             return .failure(CourierError(.internal, "the agent failed to serve \(request.command.rawValue)", cause: "\(error)"))
         }
     }
-
-    /// Runs async work from a socket thread and waits for it.
-    private func waitFor<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-        let box = AgentResultBox<T>()
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do { box.set(.success(try await body())) } catch { box.set(.failure(error)) }
-            done.signal()
-        }
-        done.wait()
-        return try box.get()
-    }
 }
 
 /// The network-retry attempts per download (in memory: a restarted agent starts over).
-final class RetryBook: @unchecked Sendable {  // @unchecked: `attemptsById` is guarded by `lock`.
-    private let lock = NSLock()
-    private var attemptsById: [String: Int] = [:]
+final class RetryBook: Sendable {
+    private let attemptsById = Mutex<[String: Int]>([:])
 
-    func attempts(_ id: String) -> Int { lock.withLock { attemptsById[id] ?? 0 } }
-    func record(_ id: String) { lock.withLock { attemptsById[id, default: 0] += 1 } }
-    func forget(except live: Set<String>) { lock.withLock { attemptsById = attemptsById.filter { live.contains($0.key) } } }
+    func attempts(_ id: String) -> Int { attemptsById.withLock { $0[id] ?? 0 } }
+    func record(_ id: String) { attemptsById.withLock { $0[id, default: 0] += 1 } }
+    func forget(except live: Set<String>) { attemptsById.withLock { $0 = $0.filter { live.contains($0.key) } } }
 }
-
-/// A result handed from a task to a waiting thread.
-final class AgentResultBox<T: Sendable>: @unchecked Sendable {  // @unchecked: `result` is guarded by `lock`.
-    private let lock = NSLock()
-    private var result: Result<T, any Error> = .failure(CourierError(.internal, "no result"))
-
-    func set(_ value: Result<T, any Error>) { lock.withLock { result = value } }
-    func get() throws -> T { try lock.withLock { result }.get() }
-}
-

@@ -4,14 +4,14 @@ import Foundation
 import Glibc
 #endif
 
-/// A connected AF_UNIX stream socket carrying newline-delimited JSON: blocking reads and writes,
-/// used on dedicated threads only (never on Swift's cooperative pool).
-final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer` is touched by the one reading thread; writes hold `writeLock`.
+/// A connected AF_UNIX stream socket carrying newline-delimited JSON: the client's end, with
+/// blocking reads and writes (the agent's end is served by SwiftNIO, `AgentControlServer`).
+/// Not `Sendable`: `AgentClient` keeps it behind a `Mutex`.
+final class UnixSocketConnection {
     let descriptor: Int32
     private var buffer: [UInt8] = []
     /// How much of `buffer` is known to hold no newline (so a long line is scanned once).
     private var scanned = 0
-    private let writeLock = NSLock()
     /// The longest line accepted (a receipt with many transactions fits easily).
     static let maxLineBytes = 32 << 20
 
@@ -72,48 +72,18 @@ final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer`
 
     /// Writes all of `data` (MSG_NOSIGNAL: a closed peer is an error, never SIGPIPE).
     func write(_ data: Data) throws {
-        try writeLock.withLock {
-            try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-                guard let base = raw.baseAddress else { return }
-                var offset = 0
-                while offset < raw.count {
-                    let sent = send(descriptor, base + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
-                    if sent < 0 {
-                        if errno == EINTR { continue }
-                        throw CourierError(.io, "cannot write to the control socket", cause: String(cString: strerror(errno)))
-                    }
-                    offset += sent
+        try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            guard let base = raw.baseAddress else { return }
+            var offset = 0
+            while offset < raw.count {
+                let sent = send(descriptor, base + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if sent < 0 {
+                    if errno == EINTR { continue }
+                    throw CourierError(.io, "cannot write to the control socket", cause: String(cString: strerror(errno)))
                 }
+                offset += sent
             }
         }
-    }
-
-    /// Whether the peer has closed its end (checked without blocking).
-    func peerClosed() -> Bool {
-        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-        guard poll(&poller, 1, 0) > 0 else { return false }
-        if poller.revents & Int16(POLLHUP | POLLERR) != 0 { return true }
-        var byte: UInt8 = 0
-        return recv(descriptor, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
-    }
-
-    /// The uid of the process at the other end (SO_PEERCRED).
-    func peerUID() -> uid_t? {
-        var credentials = PeerCredentials()
-        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
-        guard getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return nil }
-        return credentials.uid
-    }
-
-    /// Bounds how long a read waits (SO_RCVTIMEO); a read past it fails.
-    func setReceiveTimeout(_ seconds: Double) {
-        var interval = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - seconds.rounded(.down)) * 1e6))
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
-    }
-
-    /// Stops both directions so a thread blocked on this socket returns.
-    func shutdownBoth() {
-        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
     }
 
     func close() {
@@ -121,7 +91,7 @@ final class UnixSocketConnection: @unchecked Sendable {  // @unchecked: `buffer`
     }
 }
 
-/// Linux's `struct ucred` as SO_PEERCRED fills it.
+/// Linux's `struct ucred` as SO_PEERCRED fills it (`AgentControlServer` checks its uid).
 struct PeerCredentials {
     var pid: pid_t = 0
     var uid: uid_t = 0
@@ -154,7 +124,8 @@ struct UnixSocketAddress {
     }
 }
 
-/// A listening AF_UNIX stream socket at a path, mode 0600.
+/// A listening AF_UNIX stream socket at a path, mode 0600; `AgentControlServer` hands its
+/// descriptor to SwiftNIO, which accepts on it and closes it.
 final class UnixSocketListener: Sendable {
     let descriptor: Int32
     let path: String
@@ -191,29 +162,5 @@ final class UnixSocketListener: Sendable {
         }
         descriptor = fd
         self.path = path
-    }
-
-    /// The next connection, or nil once the listener is shut down.
-    func accept() -> UnixSocketConnection? {
-        while true {
-            let fd = Glibc.accept(descriptor, nil, nil)
-            if fd >= 0 {
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                return UnixSocketConnection(descriptor: fd)
-            }
-            if errno == EINTR || errno == ECONNABORTED { continue }
-            return nil
-        }
-    }
-
-    /// Wakes a thread blocked in `accept` (it then returns nil) and removes the socket file.
-    func stop() {
-        unlink(path)
-        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
-    }
-
-    /// Closes the descriptor: only once no thread is in `accept` any more.
-    func close() {
-        _ = Glibc.close(descriptor)
     }
 }

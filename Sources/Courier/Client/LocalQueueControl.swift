@@ -20,18 +20,6 @@ public struct LocalQueueControl: QueueControl {
     }
 
     public func perform(_ command: QueueCommand) async throws -> QueueResult {
-        if case .enqueue(let purchase) = command {
-            guard let client else { throw CourierError(.internal, "this queue control cannot enqueue") }
-            let enqueued = try await client.enqueue(purchase)
-            let downloads = try enqueued.transactions.flatMap { try queue.downloads(transactionId: $0.id) }
-            return QueueResult(
-                downloads: downloads, transactions: enqueued.transactions, notInCatalog: enqueued.notInCatalog.map(\.productId))
-        }
-        return try performNow(command)
-    }
-
-    /// Every command but `enqueue`, without leaving the calling thread.
-    func performNow(_ command: QueueCommand) throws -> QueueResult {
         switch command {
         case .list(let includeFinished, let stalledOnly):
             let entries = try queue.entries(includeFinished: includeFinished)
@@ -67,8 +55,12 @@ public struct LocalQueueControl: QueueControl {
             return QueueResult(
                 downloads: try apply(command, target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
             )
-        case .enqueue:
-            throw CourierError(.usage, "enqueue is asynchronous")
+        case .enqueue(let purchase):
+            guard let client else { throw CourierError(.internal, "this queue control cannot enqueue") }
+            let enqueued = try await client.enqueue(purchase)
+            let downloads = try enqueued.transactions.flatMap { try queue.downloads(transactionId: $0.id) }
+            return QueueResult(
+                downloads: downloads, transactions: enqueued.transactions, notInCatalog: enqueued.notInCatalog.map(\.productId))
         }
     }
 

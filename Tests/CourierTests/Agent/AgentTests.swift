@@ -252,7 +252,7 @@ struct CourierAgentTests {
     }
 
     @Test("in process: a peer whose uid is not the allowed one is refused")
-    func peerCredentialCheck() throws {
+    func peerCredentialCheck() async throws {
         let directory = try TemporaryDirectory(prefix: "courier-agent-peer")
         defer { directory.remove() }
         let layout = StorageLayout(root: directory.url)
@@ -261,11 +261,11 @@ struct CourierAgentTests {
         let server = try AgentControlServer(path: path, queue: queue, logger: .init(label: "test"), allowedUID: getuid() &+ 1) { _ in
             AgentResponse()
         }
-        server.start()
-        defer { server.stop() }
+        let serving = Task { try await server.run() }
         let client = try AgentClient(socketPath: path, timeout: 30)
         #expect(throws: CourierError.self) { try client.send(AgentRequest(.list)) }
-        server.stop()
+        serving.cancel()
+        _ = await serving.result
         #expect(!FileManager.default.fileExists(atPath: path))
     }
 }
