@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// What a pipeline run did and where its scope stands.
 public struct DeliverySummary: Sendable {
@@ -227,7 +228,7 @@ public final class DeliveryPipeline: Sendable {
         let package = queue.packageFile(forDownload: record.id)
         let downloader = self.downloader
         let slots = downloadSlots
-        let transfer = Task {
+        let transfer: @Sendable () async throws -> URL = {
             // A package verified by an earlier run that stopped before installing it is used as is.
             if let file = try await self.installPool.run({ Self.verifiedPackage(at: package, for: record) }) {
                 return file
@@ -240,34 +241,17 @@ public final class DeliveryPipeline: Sendable {
                 }
             }
         }
-        queue.setStopHandler(record.id) { transfer.cancel() }
-        let heartbeat = Task {
-            let interval = UInt64(queue.configuration.heartbeatInterval * 1e9)
-            while !Task.isCancelled {
-                try? await Task.sleep(nanoseconds: interval)
-                if Task.isCancelled { return }
-                if (try? queue.heartbeat(record.id)) != true {
-                    transfer.cancel()
-                    return
-                }
-            }
-        }
-        defer {
-            heartbeat.cancel()
-            queue.setStopHandler(record.id, nil)
-        }
         do {
             logger.debug("download started", metadata: ["url": "\(record.url.absoluteString)", "resume-from": "\(record.durableOffset)"])
-            let file = try await withTaskCancellationHandler {
-                try await transfer.value
-            } onCancel: {
-                transfer.cancel()
-            }
+            let file = try await supervised(record.id, stoppable: true, transfer)
             if let current = try queue.download(record.id), current.state == .cancelled {
                 throw CourierError(.cancelled, "cancelled")
             }
             let installer = self.installer
-            let content = try await installPool.run { try installer.install(package: file, for: record) }
+            let installPool = self.installPool
+            let content = try await supervised(record.id, stoppable: false) {
+                try await installPool.run { try installer.install(package: file, for: record) }
+            }
             // Placed, and (automatic finish) its transaction finished if this was its last
             // download: one durable commit.
             let finished = try queue.installed(
@@ -311,6 +295,50 @@ public final class DeliveryPipeline: Sendable {
         return outcome
     }
 
+    /// Runs `body` (a transfer or an install) in one task group beside the tasks that keep the
+    /// download's lease (a heartbeat every `heartbeatInterval`) and, when `stoppable`, watch for
+    /// a stop: the body is cancelled once the lease is lost or the download leaves `active` (a
+    /// pause or cancel in this process arrives as a queue event, one from another process at the
+    /// next heartbeat). The state machine's `stopTransfer` action is carried out here. Nothing
+    /// outlives the body; cancelling the caller cancels it all.
+    private func supervised<T: Sendable>(
+        _ id: String, stoppable: Bool, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let queue = self.queue
+        // Subscribed before the state is first checked, so no stop falls between the two.
+        let events = stoppable ? queue.eventStream() : nil
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                let interval = UInt64(queue.configuration.heartbeatInterval * 1e9)
+                while (try? await Task.sleep(nanoseconds: interval)) != nil {
+                    if (try? queue.heartbeat(id)) != true { return nil }
+                }
+                return nil
+            }
+            if let events {
+                group.addTask {
+                    if let state = try? queue.download(id)?.state, state != .active { return nil }
+                    for await case .updatedDownloads(let records) in events
+                    where records.contains(where: { $0.id == id && $0.state != .active }) {
+                        return nil
+                    }
+                    return nil
+                }
+            }
+            // The body answers last: a stop cancels it, and it ends with its own error (or
+            // with its result, if it was done already).
+            while let next = try await group.next() {
+                if let value = next {
+                    group.cancelAll()
+                    return value
+                }
+                if stoppable { group.cancelAll() }
+            }
+            throw CancellationError()
+        }
+    }
+
     /// The package file of `record` if an earlier run left it complete and verified at `file`.
     static func verifiedPackage(at file: URL, for record: DownloadRecord) -> URL? {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: file.path),
@@ -342,20 +370,19 @@ public final class DeliveryPipeline: Sendable {
 
 /// Lets one progress report through per interval (and the final one), so the store sees a
 /// few writes per second per download however often the transfer reports.
-final class ProgressThrottle: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
-    private let lock = NSLock()
+final class ProgressThrottle: Sendable {
     private let interval: Double
-    private var last: Date
+    private let last: Mutex<Date>
 
     /// The first report passes `interval` after `start` (the claim already told observers the
     /// download started), so a download shorter than that is written once, at its end.
     init(interval: Double, start: Date = Date()) {
         self.interval = interval
-        self.last = start
+        self.last = Mutex(start)
     }
 
     func shouldReport(final: Bool, now: Date = Date()) -> Bool {
-        lock.withLock {
+        last.withLock { last in
             guard final || now.timeIntervalSince(last) >= interval else { return false }
             last = now
             return true

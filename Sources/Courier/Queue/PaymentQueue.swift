@@ -26,8 +26,6 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// Held across a commit and the publication of its events, so events arrive in commit order.
     private let commitLock = NSLock()
     private let lock = NSLock()
-    /// Cancels the in-process work on a download (set by the pipeline while it works one).
-    private var stopHandlers: [String: @Sendable () -> Void] = [:]
     /// Run inside the database transaction that finishes a transaction (see `onFinish`).
     private var finishRecorders: [@Sendable (Database, TransactionRecord) throws -> Void] = []
 
@@ -289,11 +287,6 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         layout.downloads.appendingPathComponent("\(id).zip")
     }
 
-    /// Registers how to stop this process's work on `downloadId` (nil to clear).
-    func setStopHandler(_ downloadId: String, _ handler: (@Sendable () -> Void)?) {
-        lock.withLock { stopHandlers[downloadId] = handler }
-    }
-
     /// Applies `event` to a download in one database transaction and performs its actions.
     /// Returns the record after the move, or nil if nothing changed.
     @discardableResult
@@ -362,15 +355,12 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
         return (record, actions, removeFiles, [.updatedDownloads([record])])
     }
 
-    /// The file-system half of `transition`, after its commit: drops partial data it took over
-    /// and stops this process's transfer when the new state says so.
+    /// The file-system half of `transition`, after its commit: drops partial data it took over.
+    /// (`stopTransfer` is carried out by the worker: it hears the download leave `active` in
+    /// the queue's events, `DeliveryPipeline.supervised`.)
     private func afterTransition(_ downloadId: String, actions: [DownloadStateMachine.Action], removeFiles: Bool) {
         if removeFiles {
             removePartialData(downloadId)
-        }
-        if actions.contains(.stopTransfer) {
-            let handler = lock.withLock { stopHandlers[downloadId] }
-            handler?()
         }
     }
 

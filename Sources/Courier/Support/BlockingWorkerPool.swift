@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A bounded pool of Dispatch threads for blocking work (unpacking, placing, fsync), so it never
 /// runs on Swift's cooperative pool. At most `width` bodies run at once; callers beyond that
@@ -26,118 +27,127 @@ public final class BlockingWorkerPool: Sendable {
     }
 }
 
-/// A counting semaphore for tasks: `wait()` suspends until a unit is free, and throws
-/// `CancellationError` if the waiting task is cancelled.
-public final class AsyncSemaphore: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
-    private let lock = NSLock()
-    private var value: Int
-    private var waiters: [(id: UUID, continuation: CheckedContinuation<Void, any Error>)] = []
+/// A counting semaphore for tasks: `wait()` suspends (never blocks a thread) until a unit is
+/// free, and throws `CancellationError` if the waiting task is cancelled. Waiters are served in
+/// the order they came.
+public final class AsyncSemaphore: Sendable {
+    private struct State {
+        var value: Int
+        var waiters: [(id: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+        var nextId: UInt64 = 0
+
+        /// Removes the waiter `id` if it still waits (whoever removes it resumes it, once).
+        mutating func remove(_ id: UInt64) -> CheckedContinuation<Void, any Error>? {
+            guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return waiters.remove(at: index).continuation
+        }
+    }
+
+    private let state: Mutex<State>
 
     public init(value: Int) {
-        self.value = value
+        state = Mutex(State(value: value))
     }
 
     public func wait() async throws {
-        let id = UUID()
+        let id = state.withLock { state in
+            state.nextId += 1
+            return state.nextId
+        }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let acquired: Bool = lock.withLock {
-                    if value > 0 {
-                        value -= 1
+                let acquired = state.withLock { state in
+                    if state.value > 0 {
+                        state.value -= 1
                         return true
                     }
-                    waiters.append((id, continuation))
+                    state.waiters.append((id, continuation))
                     return false
                 }
                 if acquired {
                     continuation.resume()
                 } else if Task.isCancelled {
-                    // The cancellation handler may have run before we queued: whoever removes
-                    // the waiter resumes it, exactly once.
-                    let removed: CheckedContinuation<Void, any Error>? = lock.withLock {
-                        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                        return waiters.remove(at: index).continuation
-                    }
-                    removed?.resume(throwing: CancellationError())
+                    // The cancellation handler may have run before we queued.
+                    state.withLock { $0.remove(id) }?.resume(throwing: CancellationError())
                 }
             }
         } onCancel: {
-            let waiter: CheckedContinuation<Void, any Error>? = lock.withLock {
-                guard let index = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return waiters.remove(at: index).continuation
-            }
-            waiter?.resume(throwing: CancellationError())
+            state.withLock { $0.remove(id) }?.resume(throwing: CancellationError())
         }
     }
 
+    /// Tasks waiting for a unit now.
+    var waiting: Int { state.withLock { $0.waiters.count } }
+
     public func signal() {
-        let waiter: CheckedContinuation<Void, any Error>? = lock.withLock {
-            if waiters.isEmpty {
-                value += 1
+        let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            if state.waiters.isEmpty {
+                state.value += 1
                 return nil
             }
-            return waiters.removeFirst().continuation
+            return state.waiters.removeFirst().continuation
         }
         waiter?.resume()
     }
 }
 
 /// Wakes one waiter early: `wait(timeout:)` returns when `ring()` is called or the timeout
-/// passes, whichever is first. A ring with nobody waiting is kept for the next wait.
-final class Doorbell: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
-    private let lock = NSLock()
-    private var rung = false
-    private var waiter: (id: UInt64, continuation: CheckedContinuation<Void, Never>)?
-    private var nextId: UInt64 = 0
+/// passes, whichever is first. A ring with nobody waiting is kept for the next wait; a newer
+/// wait releases an older one.
+final class Doorbell: Sendable {
+    private struct State {
+        var rung = false
+        var waiter: (id: UInt64, continuation: CheckedContinuation<Void, Never>)?
+        var nextId: UInt64 = 0
 
-    func ring() {
-        let continuation: CheckedContinuation<Void, Never>? = lock.withLock {
-            guard let waiter else {
-                rung = true
-                return nil
-            }
+        mutating func take(_ id: UInt64?) -> CheckedContinuation<Void, Never>? {
+            guard let waiter, id == nil || waiter.id == id else { return nil }
             self.waiter = nil
             return waiter.continuation
         }
-        continuation?.resume()
+    }
+
+    private let state = Mutex(State())
+
+    /// Whether a task waits now.
+    var hasWaiter: Bool { state.withLock { $0.waiter != nil } }
+
+    func ring() {
+        state.withLock { state in
+            let waiter = state.take(nil)
+            if waiter == nil { state.rung = true }
+            return waiter
+        }?.resume()
     }
 
     /// Waits for a ring, at most `timeout` seconds (and not past the task's cancellation).
     func wait(timeout: Double) async {
-        let id: UInt64 = lock.withLock {
-            nextId += 1
-            return nextId
+        let id = state.withLock { state in
+            state.nextId += 1
+            return state.nextId
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now: Bool = lock.withLock {
-                    if rung || Task.isCancelled {
-                        rung = false
-                        return true
+                let (now, older) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+                    if state.rung || Task.isCancelled {
+                        state.rung = false
+                        return (true, nil)
                     }
-                    waiter?.continuation.resume()  // one waiter at a time: an older one goes
-                    waiter = (id, continuation)
-                    return false
+                    let older = state.take(nil)
+                    state.waiter = (id, continuation)
+                    return (false, older)
                 }
+                older?.resume()
                 if now {
                     continuation.resume()
                     return
                 }
                 DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
-                    expire(id)
+                    state.withLock { $0.take(id) }?.resume()
                 }
             }
         } onCancel: {
-            expire(id)
+            state.withLock { $0.take(id) }?.resume()
         }
-    }
-
-    private func expire(_ id: UInt64) {
-        let continuation: CheckedContinuation<Void, Never>? = lock.withLock {
-            guard let waiter, waiter.id == id else { return nil }
-            self.waiter = nil
-            return waiter.continuation
-        }
-        continuation?.resume()
     }
 }
