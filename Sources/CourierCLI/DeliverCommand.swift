@@ -97,7 +97,13 @@ extension CourierClient {
                     output.line("delivered \(download.contentIdentifier) \(download.version) to \(url.path)")
                 }
             }
-            for download in summary.unfinished {
+            // Downloads paused for disk space: one line naming them; the error that ends the
+            // run says how much space, once.
+            let short = summary.unfinished.filter { $0.errorCode == .insufficientSpace }
+            if !short.isEmpty {
+                output.info("courier: paused for disk space: \(short.map(\.contentIdentifier).joined(separator: ", "))")
+            }
+            for download in summary.unfinished where download.errorCode != .insufficientSpace {
                 let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
                 let next = download.state == .cancelled ? "; queue it again with: courier resume \(download.id)" : ""
                 output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)\(next)")
@@ -106,6 +112,12 @@ extension CourierClient {
         if interrupted {
             throw CourierError(.paused, "interrupted; the downloads are checkpointed", hint: "run the same command again to continue")
         }
-        if let error = summary.firstError { throw error }
+        if var error = summary.firstError {
+            // The stored error keeps its message, not its next step.
+            if error.code == .insufficientSpace && error.hint == nil {
+                error.hint = "free space there, or lower transfer.diskReserve; then run the same command again (or courier resume --stalled)"
+            }
+            throw error
+        }
     }
 }

@@ -424,11 +424,11 @@ public final class ContentPlacer: Sendable {
                 if available >= needed { return }
             }
         }
-        throw CourierError(
-            .insufficientSpace,
-            "\(bytes) bytes plus a reserve of \(placement.diskReserve) are needed, \(max(available, 0)) are free",
-            hint: placement.purgeCaches ? "free some disk space, then try again" : "free some disk space or allow purging caches"
-        )
+        var shortage = CourierError.notEnoughSpace(
+            at: layout.root.path, bytes: bytes, reserve: placement.diskReserve, reserveSetting: "transfer.diskReserve",
+            available: available, then: "try again")
+        if !placement.purgeCaches, let hint = shortage.hint { shortage.hint = hint + " (or allow purging caches: placement.purgeCaches)" }
+        throw shortage
     }
 
     /// What the filesystem of Documents supports to exclude content from backups (marks the

@@ -314,17 +314,15 @@ public enum SpaceCheck {
         return overflowed ? .max : total
     }
 
-    /// Throws `insufficientSpace` unless `bytes + reserve` fit at `url`.
-    public static func require(bytes: Int64, reserve: Int64, at url: URL) throws {
+    /// Throws `insufficientSpace` unless `bytes + reserve` fit at `url`, naming the reserve by
+    /// its setting (`reserveSetting`).
+    public static func require(bytes: Int64, reserve: Int64, at url: URL, reserveSetting: String = "transfer.diskReserve") throws {
         let available = try FreeSpaceProbe.statvfs.available(url)
         let needed = sum(bytes, reserve)
         guard needed <= available else {
-            throw CourierError(
-                .insufficientSpace,
-                "not enough disk space at \(url.deletingLastPathComponent().path): \(needed) bytes needed, \(available) free",
-                cause: "statvfs",
-                hint: "free some space, then resume"
-            )
+            throw CourierError.notEnoughSpace(
+                at: url.deletingLastPathComponent().path, bytes: bytes, reserve: reserve, reserveSetting: reserveSetting,
+                available: available)
         }
     }
 }

@@ -106,4 +106,30 @@ struct PurchaseOutcomeCLITests {
         #expect(!shop.isPlaced("com.example.music"))
         #expect(try transactions(shop)["com.example.levels"] == "finished")
     }
+
+    @Test("space refusals: readable units, the reserve by its setting, the next step, once per deliver")
+    func spaceWording() throws {
+        let shop = try Shop(payloadSize: 1000)
+        defer { shop.stop() }
+        // A reserve no disk has: every download is refused by the space check.
+        try Data(#"{"transfer": {"diskReserve": 1152921504606846976, "maxRetries": 1, "initialBackoff": 0.05}}"#.utf8)
+            .write(to: shop.directory.appending("courier.json"))
+        let receipt = try shop.receipt(Shop.products)
+        let result = try shop.courier(shop.deliverArguments(receipt))
+        #expect(result.status == 4, "\(result.stdout)\(result.stderr)")
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.filter { $0.contains("not enough disk space") }.count == 1, "\(result.stderr)")
+        #expect(result.stderr.contains(" KiB + 1 EiB reserve (transfer.diskReserve) needed, "), "\(result.stderr)")
+        #expect(result.stderr.contains("or lower transfer.diskReserve; then run the same command again"), "\(result.stderr)")
+        #expect(!result.stderr.contains("statvfs"))
+        #expect(!result.stderr.contains("1152921504606846976"))
+
+        let file = shop.directory.appending("one.bin")
+        let get = try CourierBinary.run(
+            ["get", shop.nginx.url("com.example.levels.zip").absoluteString, "-o", file.path, "--length", "1000"],
+            environment: ["COURIER_CONFIG": shop.directory.appending("courier.json").path])
+        #expect(get.status == 4, "\(get.stderr)")
+        #expect(get.stderr.contains("1000 B + 1 EiB reserve (transfer.diskReserve) needed"), "\(get.stderr)")
+        #expect(get.stderr.contains("or lower transfer.diskReserve; then resume"), "\(get.stderr)")
+    }
 }

@@ -1,0 +1,38 @@
+import Foundation
+
+extension CourierError {
+    /// The one wording of a space refusal, in readable units, with the reserve named by its
+    /// setting and the next step: "not enough disk space at /data: 1000 B + 64 MiB reserve
+    /// (transfer.diskReserve) needed, 20 MiB free" (hint: "free 44 MiB there, or lower
+    /// transfer.diskReserve; then resume").
+    public static func notEnoughSpace(
+        at folder: String, bytes: Int64, reserve: Int64, reserveSetting: String, available: Int64, then: String = "resume"
+    ) -> CourierError {
+        let bytes = max(bytes, 0)
+        let reserve = max(reserve, 0)
+        let needed = SpaceCheck.sum(bytes, reserve)
+        let free = max(available, 0)
+        let what = reserve > 0
+            ? "\(readableBytes(bytes)) + \(readableBytes(reserve)) reserve (\(reserveSetting)) needed"
+            : "\(readableBytes(bytes)) needed"
+        let missing = needed == .max ? "more than any disk holds" : readableBytes(needed - free)
+        let lower = reserve > 0 ? ", or lower \(reserveSetting)" : ""
+        return CourierError(
+            .insufficientSpace, "not enough disk space at \(folder): \(what), \(readableBytes(free)) free",
+            hint: "free \(missing) there\(lower); then \(then)")
+    }
+
+    /// `count` bytes in binary units with one decimal where it helps: "1000 B", "64 MiB", "1.5 GiB".
+    public static func readableBytes(_ count: Int64) -> String {
+        if count < 1024 { return "\(count) B" }
+        let units = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
+        var value = Double(count) / 1024
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        let rounded = (value * 10).rounded() / 10
+        return rounded == rounded.rounded() ? "\(Int(rounded)) \(units[unit])" : String(format: "%.1f %@", rounded, units[unit])
+    }
+}
