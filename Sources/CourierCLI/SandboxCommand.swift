@@ -99,7 +99,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Production or Sandbox (default Sandbox, which a verifier accepts only with --environment Sandbox).",
+            "Production or Sandbox (a verifier accepts Sandbox only with --environment Sandbox).",
             valueName: "name"
         )
     )
