@@ -251,6 +251,25 @@ struct CourierAgentTests {
         #expect(response.entries == nil)
     }
 
+    @Test("in process: 64 idle clients at once cost no thread each, and each is still answered")
+    func noThreadPerClient() async throws {
+        let directory = try TemporaryDirectory(prefix: "courier-agent-threads")
+        defer { directory.remove() }
+        let queue = try PaymentQueue(layout: StorageLayout(root: directory.url), logger: .init(label: "test"))
+        let path = directory.appending("a.sock").path
+        let server = try AgentControlServer(path: path, queue: queue, logger: .init(label: "test")) { _ in AgentResponse() }
+        let serving = Task { try await server.run() }
+        defer { serving.cancel() }
+        // The first answer proves the server (and its event loops) are up before counting.
+        let first = try AgentClient(socketPath: path, timeout: 30)
+        #expect(try first.send(AgentRequest(.list)).ok)
+        let before = threadCount()
+        let clients = try (0..<64).map { _ in try AgentClient(socketPath: path, timeout: 30) }
+        for client in clients { #expect(try client.send(AgentRequest(.list)).ok) }
+        // A thread per client would add 64; the event loops and the cooperative pool add none.
+        #expect(threadCount() - before < 16, "threads: \(before) -> \(threadCount())")
+    }
+
     @Test("in process: a peer whose uid is not the allowed one is refused")
     func peerCredentialCheck() async throws {
         let directory = try TemporaryDirectory(prefix: "courier-agent-peer")
@@ -268,6 +287,11 @@ struct CourierAgentTests {
         _ = await serving.result
         #expect(!FileManager.default.fileExists(atPath: path))
     }
+}
+
+/// The threads of this process now (/proc/self/task).
+private func threadCount() -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0
 }
 
 private final class LockedFlag: @unchecked Sendable {  // @unchecked: `stored` is guarded by `lock`.
