@@ -19,7 +19,7 @@ struct ServeCommand: AsyncParsableCommand {
             (REFUND and REVOKE revoke a transaction, REFUND_REVERSED reinstates it), recorded in \
             <storage>/origin.sqlite. Prints the bound port (a `listening` event with --json); \
             SIGTERM or SIGINT stop it gracefully. Limits by default: a request head within 10 s, \
-            30 s idle, 1024 connections.
+            30 s idle, 30 s for a client that reads nothing, 1024 connections.
             """
     )
 
@@ -49,6 +49,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may wait without a request part (default 30).")
     var idleTimeout: Double?
 
+    @Option(name: .customLong("send-timeout"), help: "Seconds a response may wait for a client that reads nothing before it is cut (default 30).")
+    var sendTimeout: Double?
+
     @Option(name: .customLong("max-connections"), help: "Open connections at most; more get 503 and are closed (default 1024).")
     var maxConnections: Int?
 
@@ -60,7 +63,7 @@ struct ServeCommand: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         if let limitRate, limitRate <= 0 { throw ValidationError("--limit-rate must be positive") }
-        for (name, value) in [("--header-timeout", headerTimeout), ("--idle-timeout", idleTimeout), ("--max-token-age", maxTokenAge)] {
+        for (name, value) in [("--header-timeout", headerTimeout), ("--idle-timeout", idleTimeout), ("--send-timeout", sendTimeout), ("--max-token-age", maxTokenAge)] {
             if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds") }
         }
         if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
@@ -83,6 +86,7 @@ struct ServeCommand: AsyncParsableCommand {
             )
             if let headerTimeout { configuration.requestHeadTimeout = headerTimeout }
             if let idleTimeout { configuration.idleTimeout = idleTimeout }
+            if let sendTimeout { configuration.sendTimeout = sendTimeout }
             if let maxConnections { configuration.maxConnections = maxConnections }
             if let maxTokenAge { configuration.maxTokenAge = maxTokenAge }
             let json = global.json

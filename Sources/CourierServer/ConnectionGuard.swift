@@ -179,15 +179,22 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 }
 
 /// Sits after the HTTP decoder: tells the `ConnectionGuardHandler` when a request's head and end
-/// were decoded and when a response's end was written, and keeps a close from cutting a
-/// finished response.
+/// were decoded and when a response's end was written, keeps a close from cutting a finished
+/// response, and cuts responses nobody reads.
 ///
-/// NIO's `close()` drops writes still queued in the channel, and Hummingbird closes a connection
-/// right after writing a response's end when it shuts down gracefully (or when the idle timer
-/// fires after the end was written): with a client slower than the socket buffers, the tail of
-/// a response it had fully produced was lost (curl: exit 18, partial file). So a full close that
-/// comes while a response's end is still queued waits until that end has reached the socket
-/// (its write promise), at most `drainTimeout`, then closes.
+/// - NIO's `close()` drops writes still queued in the channel, and Hummingbird closes a
+///   connection right after writing a response's end when it shuts down gracefully (or when the
+///   idle timer fires after the end was written): with a client slower than the socket buffers,
+///   the tail of a response it had fully produced was lost (curl: exit 18, partial file). So a
+///   full close that comes while a response's end is still queued waits until that end has
+///   reached the socket (its write promise), at most `drainTimeout`, then closes.
+/// - Send stall: a client that asks for a package and stops reading leaves the channel
+///   unwritable and the response suspended, which neither the idle timeout (a response is in
+///   progress) nor the head deadline covers; after `sendTimeout` unwritable without a break the
+///   connection is closed (nginx's `send_timeout`).
+/// - Shutdown grace: Hummingbird lets every response in flight finish on graceful shutdown, for
+///   as long as it takes; `drainTimeout` after the shutdown began, a connection still open is
+///   closed, so a slow download cannot hold the origin's exit (the client resumes with a range).
 final class RequestPartObserver: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -196,14 +203,22 @@ final class RequestPartObserver: ChannelDuplexHandler, RemovableChannelHandler {
 
     let guardHandler: ConnectionGuardHandler
     let drainTimeout: TimeAmount
+    let sendTimeout: TimeAmount?
+    let logger: Logger
     /// Response ends written into the pipeline whose write has not completed yet.
     private var unflushedEnds = 0
     /// A full close waiting for `unflushedEnds` to reach 0.
     private var deferredClose: (promise: EventLoopPromise<Void>?, timer: Scheduled<Void>)?
+    /// Runs while the channel is unwritable.
+    private var stallTimer: Scheduled<Void>?
+    /// Runs from the start of a graceful shutdown.
+    private var graceTimer: Scheduled<Void>?
 
-    init(guardHandler: ConnectionGuardHandler, drainTimeout: TimeAmount) {
+    init(guardHandler: ConnectionGuardHandler, drainTimeout: TimeAmount, sendTimeout: TimeAmount?, logger: Logger) {
         self.guardHandler = guardHandler
         self.drainTimeout = drainTimeout
+        self.sendTimeout = sendTimeout
+        self.logger = logger
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -238,7 +253,13 @@ final class RequestPartObserver: ChannelDuplexHandler, RemovableChannelHandler {
         }
         if let deferredClose {
             // Already waiting: this close completes with that one.
-            if let promise { deferredClose.promise?.futureResult.cascade(to: promise) ?? promise.succeed() }
+            if let promise {
+                if let waiting = deferredClose.promise {
+                    waiting.futureResult.cascade(to: promise)
+                } else {
+                    self.deferredClose = (promise, deferredClose.timer)
+                }
+            }
             return
         }
         context.flush()
@@ -250,8 +271,60 @@ final class RequestPartObserver: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        cancelTimers()
         performDeferredClose(context)
         context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        cancelTimers()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            stallTimer?.cancel()
+            stallTimer = nil
+        } else if let sendTimeout, stallTimer == nil {
+            stallTimer = context.eventLoop.assumeIsolated().scheduleTask(in: sendTimeout) { [weak self] in
+                guard let self else { return }
+                self.stallTimer = nil
+                guard context.channel.isActive, !context.channel.isWritable else { return }
+                self.logger.debug("connection closed: the client read nothing for \(sendTimeout)")
+                self.cut(context)
+            }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent, graceTimer == nil {
+            graceTimer = context.eventLoop.assumeIsolated().scheduleTask(in: drainTimeout) { [weak self] in
+                guard let self else { return }
+                self.graceTimer = nil
+                guard context.channel.isActive else { return }
+                self.logger.debug("connection closed: still open \(self.drainTimeout) after the graceful shutdown began")
+                self.cut(context)
+            }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// Closes now, dropping whatever is still queued.
+    private func cut(_ context: ChannelHandlerContext) {
+        if let pending = deferredClose {
+            deferredClose = nil
+            pending.timer.cancel()
+            context.close(mode: .all, promise: pending.promise)
+        } else {
+            context.close(mode: .all, promise: nil)
+        }
+    }
+
+    private func cancelTimers() {
+        stallTimer?.cancel()
+        stallTimer = nil
+        graceTimer?.cancel()
+        graceTimer = nil
     }
 
     private func performDeferredClose(_ context: ChannelHandlerContext) {
@@ -277,8 +350,12 @@ struct GuardedHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
     let inner: HTTP1Channel
     let headTimeout: TimeAmount?
     let limiter: ConnectionLimiter?
-    /// How long a close waits for a finished response to reach the socket.
+    /// How long a close waits for a finished response to reach the socket, and how long
+    /// connections may stay open after a graceful shutdown began.
     let drainTimeout: TimeAmount
+    /// How long a response may stay unwritable (its client reads nothing) before the connection
+    /// is closed; nil for no limit.
+    let sendTimeout: TimeAmount?
 
     var responder: HTTPChannelHandler.Responder { inner.responder }
 
@@ -286,11 +363,12 @@ struct GuardedHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
         let headTimeout = headTimeout
         let limiter = limiter
         let drainTimeout = drainTimeout
+        let sendTimeout = sendTimeout
         return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let operations = channel.pipeline.syncOperations
             let guardHandler = ConnectionGuardHandler(headTimeout: headTimeout, limiter: limiter, logger: logger)
             let stateHandler = try operations.handler(type: HTTPConnectionStateHandler.self)
-            try operations.addHandler(RequestPartObserver(guardHandler: guardHandler, drainTimeout: drainTimeout), position: .before(stateHandler))
+            try operations.addHandler(RequestPartObserver(guardHandler: guardHandler, drainTimeout: drainTimeout, sendTimeout: sendTimeout, logger: logger), position: .before(stateHandler))
             try operations.addHandler(guardHandler, position: .first)
             return value
         }

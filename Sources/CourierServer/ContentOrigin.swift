@@ -40,7 +40,8 @@ public struct ContentOrigin: Service {
                 inner: HTTP1Channel(responder: responder, configuration: .init(idleTimeout: idleTimeout)),
                 headTimeout: headTimeout,
                 limiter: limiter,
-                drainTimeout: .nanoseconds(Int64(max(0, configuration.shutdownGracePeriod) * 1e9))
+                drainTimeout: .nanoseconds(Int64(max(0, configuration.shutdownGracePeriod) * 1e9)),
+                sendTimeout: configuration.sendTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) }
             )
         }
         self.application = Application(

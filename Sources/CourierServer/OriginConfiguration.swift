@@ -14,7 +14,8 @@ public struct OriginConfiguration: Sendable {
     public var port: Int
     /// Bytes read from disk per chunk while streaming a package. Default 1 MiB.
     public var chunkSize: Int
-    /// Seconds graceful shutdown waits for responses in flight. Default 10.
+    /// Seconds graceful shutdown waits for responses in flight; a connection still open after
+    /// that is closed (its client resumes with a range). Default 10.
     public var shutdownGracePeriod: Double
     /// Bytes per second each package response is held to (nginx's `limit_rate`), or nil for no
     /// limit (the default).
@@ -28,6 +29,10 @@ public struct OriginConfiguration: Sendable {
     /// for a request when there is no head deadline) before it is closed; a response being sent
     /// is never cut by it. nil for none. Default 30.
     public var idleTimeout: Double?
+    /// Seconds a response may make no progress because its client reads nothing (the connection
+    /// stays unwritable) before the connection is closed; a slow reader that keeps reading is
+    /// not cut. nil for no limit. Default 30.
+    public var sendTimeout: Double?
     /// Open connections at most; one beyond that gets `503` with `Connection: close` and is
     /// closed at once. nil for no cap. Default 1024.
     public var maxConnections: Int?
@@ -38,6 +43,7 @@ public struct OriginConfiguration: Sendable {
     public static let defaultRequestHeadTimeout: Double = 10
     public static let defaultIdleTimeout: Double = 30
     public static let defaultMaxConnections = 1024
+    public static let defaultSendTimeout: Double = 30
 
     public init(
         contentDirectory: URL,
@@ -50,6 +56,7 @@ public struct OriginConfiguration: Sendable {
         requestHeadTimeout: Double? = OriginConfiguration.defaultRequestHeadTimeout,
         idleTimeout: Double? = OriginConfiguration.defaultIdleTimeout,
         maxConnections: Int? = OriginConfiguration.defaultMaxConnections,
+        sendTimeout: Double? = OriginConfiguration.defaultSendTimeout,
         maxTokenAge: Double? = nil
     ) {
         self.contentDirectory = contentDirectory.standardizedFileURL
@@ -62,6 +69,7 @@ public struct OriginConfiguration: Sendable {
         self.requestHeadTimeout = requestHeadTimeout
         self.idleTimeout = idleTimeout
         self.maxConnections = maxConnections
+        self.sendTimeout = sendTimeout
         self.maxTokenAge = maxTokenAge
     }
 }

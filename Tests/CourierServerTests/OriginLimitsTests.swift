@@ -13,9 +13,14 @@ import Glibc
 final class RawConnection: @unchecked Sendable {  // @unchecked: used by one test thread at a time.
     let descriptor: Int32
 
-    init(port: Int) throws {
+    /// - Parameter receiveBuffer: a small `SO_RCVBUF`, so a client that reads nothing fills its
+    ///   window, and the server's buffers, quickly.
+    init(port: Int, receiveBuffer: Int32? = nil) throws {
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw CourierError.posix("socket", path: "127.0.0.1:\(port)") }
+        if var size = receiveBuffer {
+            setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -223,6 +228,79 @@ struct OriginLimitsTests {
         #expect(String(decoding: idle.0, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
         #expect(idle.1)
         try await origin.stop()
+    }
+
+    @Test("a client that stops reading its response is cut after the send timeout, and frees its slot")
+    func stalledReader() async throws {
+        var fixture = try ContentFixture()
+        defer { fixture.folder.remove() }
+        // Far more than the socket buffers hold, so the server's writes stall.
+        try fixture.addPackage(Self.pack, size: 32 << 20)
+        try fixture.publishCatalog(products: [Self.pack])
+        // One slot: while the stalled reader holds it, everyone else gets 503.
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate(), chunkSize: 64 * 1024) {
+            $0.requestHeadTimeout = nil
+            $0.idleTimeout = nil
+            $0.maxConnections = 1
+            $0.sendTimeout = 1
+        }
+        let port = origin.port
+        let path = "/" + ContentFixture.path(Self.pack)
+        let stalled = try await offPool { () -> RawConnection in
+            let connection = try RawConnection(port: port, receiveBuffer: 16 * 1024)
+            try connection.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            return connection
+        }
+        // It reads nothing: the slot comes free once the send timeout cut it.
+        let served = try await offPool { () -> Int in
+            let deadline = Date().addingTimeInterval(60)
+            var status = 0
+            while Date() < deadline {
+                status = (try? CurlExchange.runBlocking("http://127.0.0.1:\(port)/health", []))?.status ?? 0
+                if status == 200 { break }
+                usleep(100_000)
+            }
+            return status
+        }
+        #expect(served == 200, "the stalled reader still holds the only slot")
+        // What it reads now ends early: the response was cut, not finished.
+        let received = try await offPool { stalled.readUntilClosed(timeout: 30) }
+        #expect(received.closed)
+        #expect(received.bytes.count < 32 << 20)
+        try await origin.stop()
+    }
+
+    @Test("graceful shutdown waits for a slow download at most shutdownGracePeriod, then closes it")
+    func shutdownGraceBound() async throws {
+        var fixture = try ContentFixture()
+        defer { fixture.folder.remove() }
+        try fixture.addPackage(Self.pack, size: 3_000_000)
+        try fixture.publishCatalog(products: [Self.pack])
+        // 200 kB/s: the response would take 15 s.
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate(), chunkSize: 64 * 1024) {
+            $0.rateLimit = 200_000
+            $0.shutdownGracePeriod = 1
+        }
+        let file = fixture.url.appendingPathComponent("slow.bin")
+        let curl = Process()
+        curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        curl.arguments = ["-s", "-o", file.path, origin.url(ContentFixture.path(Self.pack))]
+        try curl.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, ((try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) ?? 0) == 0 {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let started = ContinuousClock.now
+        try await origin.stop()
+        let stopped = ContinuousClock.now - started
+        let status = try await offPool {
+            curl.waitUntilExit()
+            return curl.terminationStatus
+        }
+        #expect(status == 18, "curl: partial file")
+        let size = (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) ?? 0
+        #expect(size > 0 && size < 3_000_000)
+        #expect(stopped < .seconds(14), "the stop waited \(stopped), as long as the download")
     }
 
     @Test("the connection cap: connections beyond it get 503 and are closed; the origin serves again once slots free")
