@@ -97,20 +97,39 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         queue.async { self.write(chunk) }
     }
 
-    /// Queues a reset of the partial file to empty (a 200 answered a ranged request).
+    /// Queues a reset of the partial file to empty (a 200 answered a ranged request), then the
+    /// new response's journal, saved before any byte of its body is written.
     func submitRestart(journal: ResumeJournal) {
         queue.async {
             self.restartFromZero()
-            self.journal = journal
+            var updated = journal
+            updated.durableOffset = 0
+            self.journal = updated
+            self.saveJournal()
         }
     }
 
-    /// Queues the journal of a newly accepted response (validator, total length).
+    /// Queues the journal of a newly accepted response (validator, total length), saved before
+    /// any byte of its body is written: whatever the partial file holds past the durable offset
+    /// then always belongs to the response this journal names, so a killed process's successor
+    /// can resume from the file's length.
     func submitJournal(_ journal: ResumeJournal) {
         queue.async {
             var updated = journal
             updated.durableOffset = self.durableOffset
             self.journal = updated
+            self.saveJournal()
+        }
+    }
+
+    private func saveJournal() {
+        guard error == nil else { return }
+        do {
+            try store.save(journal)
+        } catch let error as CourierError {
+            fail(error)
+        } catch {
+            fail(CourierError(.io, "cannot save the journal of \(file.path)", cause: "\(error)"))
         }
     }
 
@@ -126,8 +145,12 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
     }
 
     /// Prepares to continue at `offset`: truncates what follows it and hashes what precedes it.
-    /// Returns the offset actually used (0 when the prefix cannot be read back).
-    func prepare(resumingAt offset: Int64) throws -> Int64 {
+    /// Returns the offset actually used (0 when the file is shorter than `offset`).
+    ///
+    /// `durable` (at most `offset`) is how much of the prefix is known to be fsynced; the bytes
+    /// between it and `offset` were written by a process that died while the OS lived, so they
+    /// are good, and the next checkpoint makes them durable too.
+    func prepare(resumingAt offset: Int64, durable: Int64? = nil) throws -> Int64 {
         var status = stat()
         guard fstat(fd, &status) == 0 else { throw CourierError.posix("stat", path: file.path) }
         var start = offset
@@ -146,8 +169,8 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             position += Int64(count)
         }
         writtenOffset = start
-        durableOffset = start
-        journal.durableOffset = start
+        durableOffset = min(start, max(0, durable ?? start))
+        journal.durableOffset = durableOffset
         progress.start(at: start, total: journal.totalLength)
         return start
     }

@@ -12,8 +12,12 @@ public struct ResumeJournal: Sendable, Codable, Equatable {
     public var lastModified: String?
     /// The resource's total length, once known.
     public var totalLength: Int64?
-    /// Bytes at the start of the partial file that are on disk (fsynced). Resume starts here.
+    /// Bytes at the start of the partial file that are on disk (fsynced). After a power cut the
+    /// partial file is trusted up to here; after a process crash, up to its length.
     public var durableOffset: Int64
+    /// Lowercase hex SHA-256 the whole file must have, when the caller said: the content's
+    /// identity, which lets another URL serving the same content resume this journal.
+    public var contentSHA256: String?
 
     public init(
         downloadId: String,
@@ -49,6 +53,7 @@ extension ResumeJournal {
     /// - `url` is an absolute http(s) URL with a host;
     /// - `etag` and `lastModified` (sent back as `If-Range`) are at most 1024 bytes and hold no
     ///   control character (a CR or LF there would inject request headers);
+    /// - `contentSHA256`, when present, is 64 lowercase hex digits;
     /// - `durableOffset` and `totalLength` lie in `0...HTTPNumber.maximum`, and the offset is
     ///   not past the total when the total is known.
     /// (That the offset is not past the partial file's length is checked where the file is:
@@ -60,6 +65,7 @@ extension ResumeJournal {
         }
         if let etag, !Self.isSafeValidator(etag) { return "the ETag is not a safe header value" }
         if let lastModified, !Self.isSafeValidator(lastModified) { return "the Last-Modified is not a safe header value" }
+        if let contentSHA256, !Self.isSHA256Hex(contentSHA256) { return "the content SHA-256 is not 64 lowercase hex digits" }
         guard (0...HTTPNumber.maximum).contains(durableOffset) else { return "the durable offset \(durableOffset) is out of range" }
         if let totalLength {
             guard (0...HTTPNumber.maximum).contains(totalLength) else { return "the total length \(totalLength) is out of range" }
@@ -73,6 +79,11 @@ extension ResumeJournal {
     /// This journal if it holds every invariant of `validationProblem`, else nil.
     public func validated() -> ResumeJournal? {
         validationProblem == nil ? self : nil
+    }
+
+    /// Whether `value` is a SHA-256 in lowercase hex (64 digits).
+    public static func isSHA256Hex(_ value: String) -> Bool {
+        value.utf8.count == 64 && value.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
     /// Whether `value` may be sent back as a header value (`If-Range`): non-empty, at most 1024

@@ -158,7 +158,7 @@ public final class TransferEngine: Sendable {
 
         let queue = workers.next()
         let openLogger = logger
-        let opened: (fd: Int32, journal: ResumeJournal) = try await Self.onQueue(queue) {
+        let opened: OpenedDownload = try await Self.onQueue(queue) {
             try Self.open(request, store: store, logger: openLogger)
         }
         defer { close(opened.fd) }
@@ -174,19 +174,95 @@ public final class TransferEngine: Sendable {
             growingSpaceCheck: request.expectedLength == nil
                 ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil
         )
-        let resumedFrom = try await writer.perform { try writer.prepare(resumingAt: opened.journal.durableOffset) }
+        let resumedFrom = try await writer.perform {
+            try writer.prepare(resumingAt: opened.resumeAt, durable: opened.journal.durableOffset)
+        }
         let knownTotal = request.expectedLength ?? opened.journal.totalLength
         try SpaceCheck.require(
             bytes: SpaceCheck.sum(knownTotal.map { max(0, $0) - resumedFrom } ?? 0, request.additionalSpaceNeeded),
             reserve: configuration.diskReserve,
             at: request.partialFile
         )
-        logger.debug("download starting", metadata: ["url": "\(request.url.absoluteString)", "resume-from": "\(resumedFrom)"])
+        logger.debug(
+            "download starting",
+            metadata: [
+                "url": "\(request.url.absoluteString)", "resume-from": "\(resumedFrom)",
+                "durable": "\(min(resumedFrom, opened.journal.durableOffset))",
+            ])
 
+        // Where to fetch again from if the whole file fails its SHA-256 after this resume: the
+        // last durable checkpoint when the resume trusted the bytes past it (only a power cut can
+        // have torn them), then 0 when the bytes came from another URL. Each is tried once.
+        var fallbacks: [Int64] = []
+        if resumedFrom > opened.journal.durableOffset { fallbacks.append(opened.journal.durableOffset) }
+        if opened.fromAnotherURL && resumedFrom > 0 && fallbacks.last != 0 { fallbacks.append(0) }
+
+        var length: Int64
+        var digest: String
+        while true {
+            try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
+            (length, digest) = try await writer.perform { try writer.finish() }
+            guard let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length,
+                !fallbacks.isEmpty
+            else { break }
+            let fallback = fallbacks.removeFirst()
+            logger.debug(
+                "SHA-256 mismatch after a resume: fetching again",
+                metadata: ["from": "\(fallback)", "resumed-from": "\(resumedFrom)"])
+            _ = try await writer.perform { () -> Int64 in
+                let start = try writer.prepare(resumingAt: fallback)
+                try writer.checkpoint()
+                return start
+            }
+        }
+        let fetched = try await writer.perform { writer.bytesWrittenThisRun }
+        let finalJournal = try await writer.perform { writer.journal }
+        var mismatch: String?
+        if let expected = request.expectedLength, expected != length {
+            mismatch = "received \(length) bytes, expected \(expected)"
+        } else if let total = finalJournal.totalLength, total != length {
+            mismatch = "received \(length) bytes, the server announced \(total)"
+        } else if let expected = request.expectedSHA256, expected != digest {
+            mismatch = "SHA-256 is \(digest), expected \(expected)"
+        }
+        if let mismatch {
+            try? FileManager.default.removeItem(at: request.partialFile)
+            try? store.remove(downloadId: request.id)
+            throw CourierError(
+                .integrity,
+                "\(request.url.absoluteString) failed verification: \(mismatch)",
+                cause: mismatch.hasPrefix("SHA") ? "checksum mismatch" : "length mismatch",
+                hint: "the download was discarded; running it again starts over"
+            )
+        }
+        try await Self.onQueue(queue) {
+            try Self.place(request)
+            try store.remove(downloadId: request.id)
+        }
+        logger.debug("download finished", metadata: ["length": "\(length)", "fetched": "\(fetched)"])
+        return DownloadResult(
+            id: request.id,
+            file: request.destination,
+            length: length,
+            sha256: digest,
+            bytesFetched: fetched,
+            resumedFrom: resumedFrom
+        )
+    }
+
+    /// Runs attempts (with retries, restarts and pauses) until the body is complete on disk
+    /// from the writer's current offset.
+    private func transfer(
+        _ request: DownloadRequest,
+        writer: PartialFileWriter,
+        store: any ResumeJournalStore,
+        logger: Logger,
+        retrying: (@Sendable (TransferRetry) -> Void)?
+    ) async throws {
         let backoff = Backoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff)
         var retries = 0
         var restarts = 0
-        attempts: while true {
+        while true {
             if Task.isCancelled { try await pause(writer, logger: logger) }
             let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
             let job = DownloadAttemptJob(
@@ -213,7 +289,7 @@ public final class TransferEngine: Sendable {
             }
             switch outcome {
             case .completed, .alreadyComplete:
-                break attempts
+                return
             case .restartFromZero:
                 restarts += 1
                 guard restarts <= 3 else {
@@ -258,41 +334,6 @@ public final class TransferEngine: Sendable {
                 }
             }
         }
-
-        let (length, digest) = try await writer.perform { try writer.finish() }
-        let fetched = try await writer.perform { writer.bytesWrittenThisRun }
-        let finalJournal = try await writer.perform { writer.journal }
-        var mismatch: String?
-        if let expected = request.expectedLength, expected != length {
-            mismatch = "received \(length) bytes, expected \(expected)"
-        } else if let total = finalJournal.totalLength, total != length {
-            mismatch = "received \(length) bytes, the server announced \(total)"
-        } else if let expected = request.expectedSHA256, expected != digest {
-            mismatch = "SHA-256 is \(digest), expected \(expected)"
-        }
-        if let mismatch {
-            try? FileManager.default.removeItem(at: request.partialFile)
-            try? store.remove(downloadId: request.id)
-            throw CourierError(
-                .integrity,
-                "\(request.url.absoluteString) failed verification: \(mismatch)",
-                cause: mismatch.hasPrefix("SHA") ? "checksum mismatch" : "length mismatch",
-                hint: "the download was discarded; running it again starts over"
-            )
-        }
-        try await Self.onQueue(queue) {
-            try Self.place(request)
-            try store.remove(downloadId: request.id)
-        }
-        logger.debug("download finished", metadata: ["length": "\(length)", "fetched": "\(fetched)"])
-        return DownloadResult(
-            id: request.id,
-            file: request.destination,
-            length: length,
-            sha256: digest,
-            bytesFetched: fetched,
-            resumedFrom: resumedFrom
-        )
     }
 
     /// Checkpoints and throws `.paused`, saying where the download stopped.
@@ -309,9 +350,28 @@ public final class TransferEngine: Sendable {
         throw CourierError(.paused, place, hint: "run the same command again to resume")
     }
 
-    /// Opens (creating) the partial file and loads the journal; a journal for another URL or
-    /// length, or one that breaks an invariant of `ResumeJournal.validationProblem`, is
-    /// discarded and the download starts over.
+    /// A partial file opened for a download, its journal and where to resume.
+    struct OpenedDownload: Sendable {
+        var fd: Int32
+        /// The journal to continue, its `durableOffset` the last durable checkpoint.
+        var journal: ResumeJournal
+        /// Where to resume: the partial file's length when a journal backs it (a crashed
+        /// process's bytes are good while the OS lived), capped at the known length; else 0.
+        var resumeAt: Int64
+        /// The journal was written while fetching from another URL serving the same content.
+        var fromAnotherURL: Bool
+    }
+
+    /// Opens (creating) the partial file and loads the journal; a journal for other content
+    /// (another URL, unless the expected SHA-256 and length say the content is the same), or one
+    /// that breaks an invariant of `ResumeJournal.validationProblem`, is discarded and the
+    /// download starts over.
+    ///
+    /// A journal of another URL is resumed when the request names the content (expected SHA-256
+    /// and length) and the journal was for the same content (its length, and its SHA-256 when it
+    /// recorded one). Its validator is kept for `If-Range` only when the new URL differs from
+    /// the old one by its query alone (a signed URL with a new token); otherwise the range is
+    /// asked for without one and the final SHA-256 decides (falling back to byte 0 once).
     ///
     /// The partial file is never reached through a symlink: one planted at its path is removed
     /// (the link, not its target) and the file created afresh with `O_EXCL | O_NOFOLLOW`;
@@ -320,7 +380,7 @@ public final class TransferEngine: Sendable {
         _ request: DownloadRequest,
         store: any ResumeJournalStore,
         logger: Logger
-    ) throws -> (Int32, ResumeJournal) {
+    ) throws -> OpenedDownload {
         let path = request.partialFile.path
         let folder = request.partialFile.deletingLastPathComponent()
         do {
@@ -375,12 +435,45 @@ public final class TransferEngine: Sendable {
             logger.debug("resume journal discarded: the download starts over", metadata: ["reason": "\(problem)"])
             journal = fresh
         }
+        let expectedSHA256 = request.expectedSHA256.flatMap { ResumeJournal.isSHA256Hex($0) ? $0 : nil }
+        var fromAnotherURL = false
+        if journal.url != request.url, let expectedSHA256, let expectedLength = request.expectedLength,
+            journal.totalLength == expectedLength, journal.contentSHA256 == nil || journal.contentSHA256 == expectedSHA256
+        {
+            // The same content from another URL (another port, a CDN host, a new token).
+            fromAnotherURL = true
+            if !Self.validatorApplies(from: journal.url, to: request.url) {
+                journal.etag = nil
+                journal.lastModified = nil
+            }
+            logger.debug(
+                "resuming from another URL serving the same content",
+                metadata: ["previous-url": "\(journal.url.absoluteString)", "durable": "\(journal.durableOffset)"])
+            journal.url = request.url
+        }
         if journal.url != request.url || !exists
             || (request.expectedLength != nil && journal.totalLength != nil && journal.totalLength != request.expectedLength)
+            || (expectedSHA256 != nil && journal.contentSHA256 != nil && journal.contentSHA256 != expectedSHA256)
         {
             journal = fresh
+            fromAnotherURL = false
         }
-        return (fd, journal)
+        if let expectedSHA256 { journal.contentSHA256 = expectedSHA256 }
+        // The journal is saved before a response's first body byte is written, so whatever the
+        // file holds past its durable offset came from the response it names.
+        let fileLength = Int64(status.st_size)
+        var resumeAt = journal.durableOffset
+        if journal != fresh && fileLength > resumeAt {
+            resumeAt = min(fileLength, request.expectedLength ?? journal.totalLength ?? fileLength)
+        }
+        return OpenedDownload(fd: fd, journal: journal, resumeAt: resumeAt, fromAnotherURL: fromAnotherURL)
+    }
+
+    /// Whether a validator (ETag, Last-Modified) the server at `old` gave still applies at `new`:
+    /// the same scheme, host, port and path (a signed URL with a new token differs by its query).
+    static func validatorApplies(from old: URL, to new: URL) -> Bool {
+        old.scheme?.lowercased() == new.scheme?.lowercased() && old.host?.lowercased() == new.host?.lowercased()
+            && old.port == new.port && old.path == new.path
     }
 
     /// Renames the verified partial file to its destination and makes the rename durable.
