@@ -3,6 +3,10 @@ import CourierTestSupport
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A purchase that unlocks nothing is never a silent success (issue 14, item 1): a product the
 /// catalog does not list is said, exits 3 and stays unfinished; a product it lists without
 /// hosted content is finished and said.
@@ -131,5 +135,34 @@ struct PurchaseOutcomeCLITests {
         #expect(get.status == 4, "\(get.stderr)")
         #expect(get.stderr.contains("1000 B + 1 EiB reserve (transfer.diskReserve) needed"), "\(get.stderr)")
         #expect(get.stderr.contains("or lower transfer.diskReserve; then resume"), "\(get.stderr)")
+    }
+
+    @Test("a second deliver on the same store says at once who owns the downloads, waits, then prints the result")
+    func secondDeliver() throws {
+        let shop = try Shop(payloadSize: 3 << 20, rateLimit: "1m")
+        defer { shop.stop() }
+        let receipt = try shop.receipt(["com.example.levels"])
+        let first = try shop.start(shop.deliverArguments(receipt))
+        defer {
+            if first.isRunning { kill(first.processIdentifier, SIGKILL) }
+            first.waitUntilExit()
+        }
+        // Wait (bounded) until the first process holds the download's lease.
+        var owner: Int32?
+        for _ in 0..<600 where owner == nil {
+            let listed = try shop.courier(["list", "--json"])
+            let entries = (listed.events.first?["entries"] as? [[String: Any]]) ?? []
+            owner = entries.compactMap { ($0["owner"] as? [String: Any])?["pid"] as? Int32 }.first
+            if owner == nil { usleep(20_000) }
+        }
+        #expect(owner == first.processIdentifier)
+        let second = try shop.courier(shop.deliverArguments(receipt))
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(second.stderr.contains("another process (\(first.processIdentifier)@"), "\(second.stderr)")
+        #expect(second.stderr.contains("is delivering com.example.levels; waiting for it to finish"))
+        #expect(second.stdout.contains("delivered com.example.levels 1.0 to "), "\(second.stdout)")
+        first.waitUntilExit()
+        #expect(first.terminationStatus == 0)
+        #expect(shop.isPlaced("com.example.levels"))
     }
 }
