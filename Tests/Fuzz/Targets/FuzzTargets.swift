@@ -14,7 +14,7 @@ public enum FuzzTargets {
     /// The target names, as `scripts/fuzz TARGET` and the regression folders spell them.
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
-        "notification", "response-head",
+        "notification", "response-head", "request-path",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -31,6 +31,7 @@ public enum FuzzTargets {
         case "journal": journal(data)
         case "notification": notification(data)
         case "response-head": responseHead(data)
+        case "request-path": requestPath(data)
         default: return false
         }
         return true
@@ -101,6 +102,12 @@ public enum FuzzTargets {
     /// A `POST /notifications` body (App Store Server Notifications V2), decoded but not verified.
     static func notification(_ data: Data) {
         _ = try? ServerNotification.decode(body: data)
+    }
+
+    /// The origin's reading of a request target (the path the gate and the catalog index are
+    /// asked about): query dropped, percent-decoded, dot segments resolved.
+    static func requestPath(_ data: Data) {
+        _ = PublishedCatalog.requestPath(String(decoding: data, as: UTF8.self))
     }
 
     /// One line of the agent's control protocol, as the agent decodes it from a client.
