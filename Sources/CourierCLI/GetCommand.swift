@@ -302,7 +302,11 @@ struct GetCommand: AsyncParsableCommand {
             for line in QueueFormat.align(table) { output.line(line.trimmingCharacters(in: .whitespaces)) }
         }
         if failures.isEmpty && refused.isEmpty {
-            if !output.json { output.line("saved \(requests.count) files in \(folder.path)") }
+            if output.json {
+                output.emit(["event": "result", "saved": requests.count, "directory": folder.path])
+            } else {
+                output.line("saved \(requests.count) files in \(folder.path)")
+            }
             return
         }
         let errors = failures.compactMap { $0 as? CourierError }
@@ -327,7 +331,8 @@ struct GetCommand: AsyncParsableCommand {
     private func report(_ result: DownloadResult, output: Output) {
         if output.json {
             output.emit([
-                "event": "result", "id": result.id, "file": result.file.path, "length": result.length,
+                // One file of a list is "saved"; the command's last line is its "result" or "error".
+                "event": inputFile == nil ? "result" : "saved", "id": result.id, "file": result.file.path, "length": result.length,
                 "sha256": result.sha256, "bytesFetched": result.bytesFetched, "resumedFrom": result.resumedFrom,
             ])
         } else if inputFile == nil {
