@@ -38,7 +38,8 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     private var decision: ResponseDecision?
     private var failure: CourierError?
     private var buffer: [UInt8] = []
-    /// Bytes handed to the writer at once: 1 MiB, or less when checkpoints are closer.
+    /// Bytes handed to the writer at once: 256 KiB, or less when checkpoints are closer (the
+    /// writer's high water is 1 MiB: bounded memory, and little lost in flight on a kill).
     private let chunkSize: Int
     /// Body bytes accepted by this attempt.
     private(set) var receivedBytes: Int64 = 0
@@ -60,7 +61,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         self.requestedOffset = requestedOffset
         self.writer = writer
         self.configuration = configuration
-        self.chunkSize = Int(min(1 << 20, max(64 << 10, configuration.checkpointBytes)))
+        self.chunkSize = Int(min(256 << 10, max(64 << 10, configuration.checkpointBytes)))
         super.init()
         stallTimeout = configuration.stallTimeout
     }
