@@ -187,6 +187,30 @@ struct NotificationTests {
         try await origin.stop()
     }
 
+    @Test("a body over 256 KiB is 413; a state that cannot be written is 503 (Apple retries); neither records anything")
+    func tooLargeAndUnwritable() async throws {
+        let stack = try Stack()
+        defer { stack.fixture.folder.remove() }
+        let (origin, store) = try await stack.start()
+        let token = try stack.purchase()
+        var huge = try JSONSerialization.jsonObject(with: try stack.body("REFUND")) as? [String: String] ?? [:]
+        huge["padding"] = String(repeating: "x", count: ServerNotification.maximumBodyLength)
+        let tooLarge = try await Self.post(try JSONSerialization.data(withJSONObject: huge), to: origin, in: stack.fixture.url)
+        #expect(tooLarge.status == 413)
+        #expect(try Self.recordedNotifications(store) == 0)
+
+        // The state breaks under the origin (here: its table is gone): a valid refund is not
+        // acknowledged, so Apple sends it again; the gate still serves (nothing was recorded).
+        _ = try Shell.run("/usr/bin/sqlite3", [store.url.path, "DROP TABLE notifications"])
+        let unwritable = try await Self.post(try stack.body("REFUND"), to: origin, in: stack.fixture.url)
+        #expect(unwritable.status == 503)
+        #expect(unwritable.json?["result"] == nil)
+        #expect(try await Self.download(origin, token: token) == 200)
+        let status = try Shell.run("/usr/bin/sqlite3", [store.url.path, "SELECT count(*) FROM transactionStatus"])
+        #expect(status.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+        try await origin.stop()
+    }
+
     @Test("the revocation survives a restart; the state file is owner-only")
     func durable() async throws {
         let stack = try Stack()
@@ -224,12 +248,10 @@ struct NotificationTests {
     /// Apple's own test notification and a real App Store notification verify as notifications.
     @Test("Apple's notifications: testNotification (TEST) and a real CONSUMPTION_REQUEST are acknowledged; wrongBundleId is 400")
     func appleNotifications() async throws {
-        let vectors = URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("../shared/apple-vectors", isDirectory: true).standardizedFileURL
+        let vectors = SharedFixtures.folder("apple-vectors")
         try #require(
             FileManager.default.fileExists(atPath: vectors.path),
-            "the Apple conformance vectors are missing: expected \(vectors.path) (shared/apple-vectors beside the clone)"
+            "the Apple conformance vectors are missing: expected \(vectors.path)"
         )
         func body(_ path: String) throws -> Data {
             let token = try String(contentsOf: vectors.appendingPathComponent(path), encoding: .utf8)

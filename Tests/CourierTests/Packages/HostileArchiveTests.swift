@@ -14,12 +14,8 @@ import Glibc
 struct HostileArchiveTests {
     static let keep = "com.example.keep"
 
-    /// `<repo>/../shared/hostile-archives`, beside the clone (CI checks it out there).
-    static var corpus: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("shared/hostile-archives")
-    }
+    /// `../shared/hostile-archives` beside the clone, else the committed copy (SharedFixtures).
+    static var corpus: URL { SharedFixtures.folder("hostile-archives") }
 
     static func corpusFiles() throws -> [URL] {
         let names = try FileManager.default.contentsOfDirectory(atPath: corpus.path)
@@ -122,7 +118,7 @@ struct HostileArchiveTests {
     func publicCorpus() throws {
         let files = try Self.corpusFiles()
         try #require(
-            files.count >= 5, "the hostile-archive corpus is missing at \(Self.corpus.path) (CI keeps shared/ beside the clone)")
+            files.count >= 5, "the hostile-archive corpus is missing at \(Self.corpus.path)")
         for file in files {
             try Self.expectRefused(file, label: file.lastPathComponent)
             // With the size and ratio limits lifted, the structure (overlaps, sizes past the

@@ -11,14 +11,8 @@ import Testing
 /// it is listed in `acceptedDivergences`, with the reason it is still right for Courier.
 @Suite("Apple conformance vectors through courier receipt verify")
 struct AppleConformanceTests {
-    /// The folder of the vectors: `<package root>/../shared/apple-vectors`.
-    static let folder: URL = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent()  // Receipts
-        .deletingLastPathComponent()  // CourierTests
-        .deletingLastPathComponent()  // Tests
-        .deletingLastPathComponent()  // package root
-        .appendingPathComponent("../shared/apple-vectors", isDirectory: true)
-        .standardizedFileURL
+    /// The folder of the vectors: `../shared/apple-vectors` beside the clone, else the committed copy.
+    static let folder: URL = SharedFixtures.folder("apple-vectors")
 
     /// Where Courier departs from Apple's verdict on purpose (docs/receipts.md says so).
     static let acceptedDivergences: [String: String] = [
@@ -108,7 +102,7 @@ struct AppleConformanceTests {
         let casesFile = Self.folder.appendingPathComponent("cases.json")
         guard FileManager.default.fileExists(atPath: casesFile.path) else {
             Issue.record(
-                "the Apple conformance vectors are missing: expected \(casesFile.path) (shared/apple-vectors beside the clone)"
+                "the Apple conformance vectors are missing: expected \(casesFile.path)"
             )
             return
         }
