@@ -157,3 +157,45 @@ private func eventually(_ condition: @Sendable () -> Bool) async -> Bool {
     }
     return condition()
 }
+
+@Suite("Transfer slots")
+struct TransferSlotsTests {
+    @Test("at most `total` at once and `perHost` per host; a waiter for a busy host does not hold back a free host")
+    func limits() async throws {
+        let slots = TransferSlots(total: 3, perHost: 1)
+        try await slots.acquire(host: "a")
+        try await slots.acquire(host: "b")
+        #expect(slots.active == 2)
+        let secondA = Task { try await slots.acquire(host: "a") }  // host a is busy: waits
+        #expect(await eventually { slots.waiting == 1 })
+        let c = Task { try await slots.acquire(host: "c") }  // queued behind it (FIFO)
+        #expect(await eventually { slots.waiting == 2 })
+        slots.release(host: "b")  // a is still busy, so c goes first
+        try await c.value
+        #expect(slots.waiting == 1 && slots.active == 2)
+        slots.release(host: "a")
+        try await secondA.value
+        #expect(slots.waiting == 0 && slots.active == 2)
+        slots.release(host: "a")
+        slots.release(host: "c")
+        #expect(slots.active == 0)
+    }
+
+    @Test("a cancelled waiter throws paused and leaves the queue; a cancelled caller never takes a slot")
+    func cancellation() async throws {
+        let slots = TransferSlots(total: 1, perHost: 1)
+        try await slots.acquire(host: "a")
+        let waiter = Task { try await slots.acquire(host: "a") }
+        #expect(await eventually { slots.waiting == 1 })
+        waiter.cancel()
+        await #expect { try await waiter.value } throws: { ($0 as? CourierError)?.code == .paused }
+        #expect(slots.waiting == 0)
+        slots.release(host: "a")
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            try await slots.acquire(host: "a")
+        }
+        await #expect { try await early.value } throws: { ($0 as? CourierError)?.code == .paused }
+        #expect(slots.active == 0)
+    }
+}
