@@ -173,8 +173,21 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         writtenOffset = start
         durableOffset = min(start, max(0, durable ?? start))
         journal.durableOffset = durableOffset
+        if progress.source == nil { progress.source = journal.url }
         progress.start(at: start, total: journal.totalLength)
         return start
+    }
+
+    /// Continues from another URL serving the same bytes (a mirror): the journal names it, and
+    /// keeps the old validator only where it still applies (queue only).
+    func switchSource(to url: URL) throws {
+        if !TransferEngine.validatorApplies(from: journal.url, to: url) {
+            journal.etag = nil
+            journal.lastModified = nil
+        }
+        journal.url = url
+        progress.source = url
+        try checkpoint()
     }
 
     /// Discards the partial data and starts over with `journal` (queue only).
@@ -294,6 +307,8 @@ final class ProgressReporter: @unchecked Sendable {  // @unchecked: used on one 
     private var lastSampleTime: UInt64 = 0
     private var lastSampleBytes: Int64 = 0
     private var rate: Double = 0
+    /// The URL the bytes come from, said in every report.
+    var source: URL?
 
     init(id: String, handler: @escaping @Sendable (TransferProgress) -> Void) {
         self.id = id
@@ -306,7 +321,7 @@ final class ProgressReporter: @unchecked Sendable {  // @unchecked: used on one 
         lastSampleBytes = bytes
         lastReport = now
         rate = 0
-        handler(TransferProgress(id: id, bytesReceived: bytes, totalBytes: total, bytesPerSecond: 0))
+        report(TransferProgress(id: id, bytesReceived: bytes, totalBytes: total, bytesPerSecond: 0))
     }
 
     func update(bytes: Int64, total: Int64?) {
@@ -320,10 +335,16 @@ final class ProgressReporter: @unchecked Sendable {  // @unchecked: used on one 
         lastSampleTime = now
         lastSampleBytes = bytes
         lastReport = now
-        handler(TransferProgress(id: id, bytesReceived: bytes, totalBytes: total, bytesPerSecond: rate))
+        report(TransferProgress(id: id, bytesReceived: bytes, totalBytes: total, bytesPerSecond: rate))
     }
 
     func finish(bytes: Int64) {
-        handler(TransferProgress(id: id, bytesReceived: bytes, totalBytes: bytes, bytesPerSecond: rate))
+        report(TransferProgress(id: id, bytesReceived: bytes, totalBytes: bytes, bytesPerSecond: rate))
+    }
+
+    private func report(_ progress: TransferProgress) {
+        var progress = progress
+        progress.source = source
+        handler(progress)
     }
 }

@@ -21,6 +21,9 @@ public struct DownloadRequest: Sendable {
     public var headers: [(String, String)]
     /// Bytes needed beyond the file itself (the unpacked size, say), added to the space check.
     public var additionalSpaceNeeded: Int64
+    /// More URLs serving the same bytes (a catalog's mirrors), tried in order after `url`: a
+    /// failing origin hands over to the next one, which resumes where the previous stopped.
+    public var mirrors: [URL] = []
 
     public init(
         id: String,
@@ -53,6 +56,8 @@ public struct TransferProgress: Sendable, Equatable {
     public var totalBytes: Int64?
     /// Recent receive rate.
     public var bytesPerSecond: Double
+    /// The URL (the request's or one of its mirrors) the bytes are coming from, once known.
+    public var source: URL?
 
     public init(id: String, bytesReceived: Int64, totalBytes: Int64?, bytesPerSecond: Double) {
         self.id = id
@@ -86,6 +91,8 @@ public struct DownloadResult: Sendable, Equatable {
     public var bytesFetched: Int64
     /// Where this call resumed (0: from the start).
     public var resumedFrom: Int64
+    /// The URL (the request's or one of its mirrors) that served the last bytes.
+    public var source: URL?
 
     public init(id: String, file: URL, length: Int64, sha256: String, bytesFetched: Int64, resumedFrom: Int64) {
         self.id = id
@@ -152,6 +159,9 @@ public final class TransferEngine: Sendable {
         var logger = self.logger
         logger[metadataKey: "download-id"] = "\(request.id)"
         try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        for mirror in request.mirrors {
+            try URLPolicy.check(mirror, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        }
         let host = request.url.host ?? ""
         try await slots.acquire(host: host)
         defer { slots.release(host: host) }
@@ -240,7 +250,7 @@ public final class TransferEngine: Sendable {
             try store.remove(downloadId: request.id)
         }
         logger.debug("download finished", metadata: ["length": "\(length)", "fetched": "\(fetched)"])
-        return DownloadResult(
+        var result = DownloadResult(
             id: request.id,
             file: request.destination,
             length: length,
@@ -248,6 +258,8 @@ public final class TransferEngine: Sendable {
             bytesFetched: fetched,
             resumedFrom: resumedFrom
         )
+        result.source = finalJournal.url
+        return result
     }
 
     /// Runs attempts (with retries, restarts and pauses) until the body is complete on disk
@@ -262,11 +274,24 @@ public final class TransferEngine: Sendable {
         let backoff = Backoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff)
         var retries = 0
         var restarts = 0
+        // The request's URL first, then its mirrors in order.
+        let sources = [request.url] + request.mirrors
+        var current = 0
+        /// Hands the download over to the next source, resuming where this one stopped.
+        func handOver(after error: CourierError) async throws {
+            current = (current + 1) % sources.count
+            let url = sources[current]
+            logger.debug(
+                "handing over to another URL", metadata: ["url": "\(url.absoluteString)", "error": "\(error)"])
+            try await writer.perform { try writer.switchSource(to: url) }
+        }
         while true {
             if Task.isCancelled { try await pause(writer, logger: logger) }
             let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
+            var attemptRequest = request
+            attemptRequest.url = sources[current]
             let job = DownloadAttemptJob(
-                request: request,
+                request: attemptRequest,
                 journal: journal,
                 requestedOffset: offset,
                 writer: writer,
@@ -307,6 +332,10 @@ public final class TransferEngine: Sendable {
                 try await pause(writer, logger: logger)
             case .writerFailed:
                 throw writer.error ?? CourierError(.io, "writing \(request.partialFile.path) failed")
+            case .fail(let error) where (error.code == .network || error.code == .serverRejected) && current + 1 < sources.count:
+                // This origin refuses (a 404 on a mirror that lacks the file, say): the next one.
+                try? await writer.perform { try writer.checkpoint() }
+                try await handOver(after: error)
             case .fail(let error):
                 if error.code == .integrity {
                     // The server announced the wrong file: keep nothing of it.
@@ -318,8 +347,14 @@ public final class TransferEngine: Sendable {
                 throw error
             case .retry(let retryAfter, let error):
                 if job.receivedBytes > 0 { retries = 0 }
-                retries += 1
                 try? await writer.perform { try writer.checkpoint() }
+                if sources.count > 1 {
+                    // A failing origin hands over to the next at once; a retry (and its wait)
+                    // counts once every source has failed in turn.
+                    try await handOver(after: error)
+                    if current != 0 { continue }
+                }
+                retries += 1
                 guard retries <= configuration.maxRetries else {
                     logger.debug("giving up after retries", metadata: ["error": "\(error)"])
                     throw error
