@@ -290,6 +290,10 @@ public final class TransferEngine: Sendable {
             let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
             var attemptRequest = request
             attemptRequest.url = sources[current]
+            if !Self.sameOrigin(request.url, sources[current]) {
+                // The caller's headers (a Bearer token for its origin) never go to another host.
+                attemptRequest.headers = []
+            }
             let job = DownloadAttemptJob(
                 request: attemptRequest,
                 journal: journal,
@@ -504,11 +508,15 @@ public final class TransferEngine: Sendable {
         return OpenedDownload(fd: fd, journal: journal, resumeAt: resumeAt, fromAnotherURL: fromAnotherURL)
     }
 
+    /// Whether `a` and `b` have the same scheme, host and port.
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        a.scheme?.lowercased() == b.scheme?.lowercased() && a.host?.lowercased() == b.host?.lowercased() && a.port == b.port
+    }
+
     /// Whether a validator (ETag, Last-Modified) the server at `old` gave still applies at `new`:
     /// the same scheme, host, port and path (a signed URL with a new token differs by its query).
     static func validatorApplies(from old: URL, to new: URL) -> Bool {
-        old.scheme?.lowercased() == new.scheme?.lowercased() && old.host?.lowercased() == new.host?.lowercased()
-            && old.port == new.port && old.path == new.path
+        sameOrigin(old, new) && old.path == new.path
     }
 
     /// Renames the verified partial file to its destination and makes the rename durable.

@@ -42,6 +42,28 @@ struct MirrorTests {
         #expect(lines.first?.contains(" 206 \(content.count - 1_500_000) ") == true, "\(lines)")
     }
 
+    @Test("the request's headers (a Bearer token) are not sent to a mirror on another host or port")
+    func headersStayWithTheirOrigin() async throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let site = try TemporaryDirectory()
+        defer { site.remove() }
+        let content = TransferFixture.bytes(200_000, seed: 33)
+        let primary = try NginxServer(root: site.url)  // has no such file: 404
+        defer { primary.stop() }
+        let mirror = try FaultOrigin(content: content)
+        defer { mirror.stop() }
+        let engine = try TransferFixture.engine()
+        defer { engine.shutdown() }
+        var request = TransferFixture.request(primary.url("pack.zip"), in: folder, sha256: TransferFixture.sha256(content))
+        request.headers = [("Authorization", "Bearer secret-for-the-primary")]
+        request.mirrors = [mirror.url()]
+        let result = try await engine.download(request, journal: FileResumeJournalStore(directory: folder.url)) { _ in }
+        #expect(result.source == mirror.url())
+        #expect(mirror.requests.count == 1)
+        #expect(mirror.requests.allSatisfy { $0.headers["authorization"] == nil })
+    }
+
     @Test("an origin that refuses (404) hands over to the next mirror; when every source fails, the error says so")
     func refusesThenAllFail() async throws {
         let folder = try TemporaryDirectory()
