@@ -111,8 +111,12 @@ extension CourierClient {
             result["content"] = finished.compactMap { $0.download?.contentURL?.path }
             output.emit(result)
         } else {
+            // Each download placed by this run was said when it happened (by the view).
+            let said = view.delivered
             for entry in finished {
-                guard let download = entry.download, download.state == .finished, let url = download.contentURL else { continue }
+                guard let download = entry.download, download.state == .finished, let url = download.contentURL,
+                    !said.contains(download.id)
+                else { continue }
                 if summary.finishedDownloads.contains(download.id) {
                     output.line("delivered \(download.contentIdentifier) \(download.version) to \(url.path)")
                 } else if !finishedBefore.contains(download.id) {

@@ -2,20 +2,27 @@ import Courier
 import Foundation
 
 /// Shows a delivery's progress: on a terminal a bar per active download and a total line with
-/// the overall rate and ETA, redrawn in place on standard error; NDJSON events with --json.
-/// An observer of the queue, so the caller can wait until it has shown every committed change
-/// (`PaymentQueue.observersCaughtUp`) before printing the result.
+/// the overall rate and ETA, redrawn in place on standard error at least twice a second (a
+/// stall shows as a falling rate), with rates over a moving window of the downloads still
+/// active; NDJSON events with --json. Each "delivered" line is printed when its download is
+/// placed, not at the end. An observer of the queue, so the caller can wait until it has shown
+/// every committed change (`PaymentQueue.observersCaughtUp`) before printing the result.
 final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
     private let output: Output
     private let lock = NSLock()
     private var downloads: [String: DownloadRecord] = [:]
     /// Download ids in the order they were first seen, so lines keep their places.
     private var order: [String] = []
-    private var lastDraw = Date.distantPast
-    /// (time, bytes in) samples of the last few seconds, for the overall rate.
-    private var samples: [(time: Date, bytes: Int64)] = []
+    private var lastDraw = 0.0
+    /// Bytes in of the active downloads, for their rates and the total's.
+    private var window = RateWindow()
+    /// The downloads whose "delivered" line was printed.
+    private var announced: Set<String> = []
+    private var timer: (any DispatchSourceTimer)?
     /// At most this many download lines; the rest are summed up in one line.
     static let maxLines = 8
+    /// How often the display is redrawn when nothing changes.
+    static let redrawInterval = 0.5
 
     /// Starts with every unfinished download of `scope`, so the total covers the whole delivery
     /// from the first line on.
@@ -24,7 +31,24 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
         guard output.stderrIsTerminal, !output.json else { return }  // nothing is drawn
         let records = ((try? queue.entries()) ?? []).compactMap(\.download).filter(scope.contains)
         for record in records where downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
+        guard !output.quiet else { return }
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + Self.redrawInterval, repeating: Self.redrawInterval)
+        timer.setEventHandler { [weak self] in self?.redraw(force: true) }
+        self.timer = timer
+        timer.resume()
     }
+
+    deinit {
+        timer?.cancel()
+    }
+
+    /// The downloads whose "delivered" line this view printed (the caller prints the others).
+    var delivered: Set<String> {
+        lock.withLock { announced }
+    }
+
+    private static var now: Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord]) {
         for record in downloads { show(record) }
@@ -58,27 +82,32 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
             output.emit(event)
             return
         }
-        guard output.stderrIsTerminal else { return }
-        let lines: [String]? = lock.withLock {
-            if downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
-            let now = Date()
-            // Progress redraws at most ten times a second; a change of state always shows.
-            guard now.timeIntervalSince(lastDraw) > 0.1 || record.state != .active else { return nil }
-            lastDraw = now
-            let records = order.compactMap { downloads[$0] }
-            return Self.render(records, rate: overallRate(Self.received(records), now: now), width: output.terminalColumns)
+        // Said when it happens, on a terminal or not.
+        if record.state == .finished, let url = record.contentURL, lock.withLock({ announced.insert(record.id).inserted }) {
+            output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)")
         }
-        if let lines { output.statusBlock(lines) }
+        guard output.stderrIsTerminal else { return }
+        lock.withLock {
+            if downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
+            if record.state == .active {
+                window.record(record.id, bytes: record.bytesReceived, at: Self.now)
+            } else {
+                window.remove(record.id)
+            }
+        }
+        // Progress redraws at most ten times a second; a change of state always shows.
+        redraw(force: record.state != .active)
     }
 
-    /// Bytes per second over the last three seconds (the per-download rates are updated only
-    /// every half second or so, and short downloads end before they have one).
-    private func overallRate(_ received: Int64, now: Date) -> Double {
-        samples.append((now, received))
-        while samples.count > 2, now.timeIntervalSince(samples[0].time) > 3 { samples.removeFirst() }
-        guard let first = samples.first else { return 0 }
-        let elapsed = now.timeIntervalSince(first.time)
-        return elapsed > 0.2 ? Double(max(0, received - first.bytes)) / elapsed : 0
+    private func redraw(force: Bool) {
+        let lines: [String]? = lock.withLock {
+            let now = Self.now
+            guard force || now - lastDraw > 0.1, !order.isEmpty else { return nil }
+            lastDraw = now
+            let records = order.compactMap { downloads[$0] }
+            return Self.render(records, rates: window, now: now, width: output.terminalColumns)
+        }
+        if let lines { output.statusBlock(lines) }
     }
 
     static func received(_ records: [DownloadRecord]) -> Int64 {
@@ -86,62 +115,46 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
     }
 
     func finish() {
+        timer?.cancel()
         output.endStatus()
     }
 
     /// The lines drawn for `records` (in display order) on a terminal `width` columns wide:
-    /// one per active download (at most `maxLines`, then one line for the rest), then the total
-    /// at the overall `rate` (bytes per second).
-    static func render(_ records: [DownloadRecord], rate: Double, width: Int) -> [String] {
-        let barWidth = width >= 120 ? 24 : width >= 100 ? 16 : 8
+    /// one per active download (at most `maxLines`, then one line for the rest), then the total.
+    /// Rates come from `rates` (the active downloads' bytes over a moving window) measured to `now`.
+    static func render(_ records: [DownloadRecord], rates: RateWindow, now: Double, width: Int) -> [String] {
         let active = records.filter { $0.state == .active }
         let shown = active.prefix(maxLines)
         let done = records.filter { $0.state == .finished }.count
-        let totalName = "total (\(done)/\(records.count) done)"
-        let nameWidth = min(width >= 100 ? 32 : 24, max(totalName.count, records.map(\.contentIdentifier.count).max() ?? 0))
-        var lines = shown.map { record -> String in
-            let received = record.bytesReceived
+        var rows = shown.map { record -> ProgressLayout.Row in
+            let received = min(record.length, record.bytesReceived)
             let fraction = record.length > 0 ? Double(received) / Double(record.length) : record.progress
-            let eta = record.rate > 0 ? QueueFormat.duration(Double(max(0, record.length - received)) / record.rate) : "?"
+            let amount = "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(record.length))"
             // All bytes in: the package is being unpacked and placed.
-            let detail =
-                record.length > 0 && received >= record.length
-                ? "\(QueueFormat.bytes(record.length))  unpacking"
-                : "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(record.length))  \(QueueFormat.bytes(Int64(record.rate)))/s  ETA \(eta)"
-            return line(name: fit(record.contentIdentifier, nameWidth), fraction: fraction, barWidth: barWidth, detail: detail, width: width)
-        }
-        if active.count > shown.count {
-            lines.append(cut("… and \(active.count - shown.count) more downloading", width))
+            if record.length > 0 && received >= record.length {
+                return ProgressLayout.Row(name: record.contentIdentifier, fraction: 1, amount: amount, rate: "", eta: "unpacking")
+            }
+            let rate = rates.rate(record.id, now: now)
+            return ProgressLayout.Row(
+                name: record.contentIdentifier, fraction: fraction, amount: amount, rate: rateText(rate),
+                eta: "ETA " + QueueFormat.duration(rate.flatMap { $0 > 0 ? Double(max(0, record.length - received)) / $0 : nil }))
         }
         let total = records.reduce(Int64(0)) { $0 + $1.length }
         let received = Self.received(records)
-        let eta = rate > 0 ? QueueFormat.duration(Double(max(0, total - received)) / rate) : "?"
-        lines.append(
-            line(
-                name: fit(totalName, nameWidth), fraction: total > 0 ? Double(received) / Double(total) : 0, barWidth: barWidth,
-                detail: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))  \(QueueFormat.bytes(Int64(rate)))/s  ETA \(eta)",
-                width: width))
+        let rate = rates.total(now: now)
+        rows.append(
+            ProgressLayout.Row(
+                name: "total (\(done)/\(records.count) done)", fraction: total > 0 ? Double(received) / Double(total) : 0,
+                amount: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))", rate: rateText(rate),
+                eta: "ETA " + QueueFormat.duration(rate.flatMap { $0 > 0 ? Double(max(0, total - received)) / $0 : nil })))
+        var lines = ProgressLayout.lines(rows, width: width)
+        if active.count > shown.count {
+            lines.insert(ProgressLayout.cut("… and \(active.count - shown.count) more downloading", max(0, width - 1)), at: lines.count - 1)
+        }
         return lines
     }
 
-    private static func line(name: String, fraction: Double, barWidth: Int, detail: String, width: Int) -> String {
-        let clamped = min(1, max(0, fraction.isFinite ? fraction : 0))
-        let filled = min(barWidth, Int(clamped * Double(barWidth)))
-        let bar = "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: barWidth - filled) + "]"
-        return cut("\(name) \(bar) " + String(format: "%3.0f%%", clamped * 100) + "  \(detail)", width)
-    }
-
-    /// `text` cut to fit a terminal line `width` columns wide (one column is left free, so the
-    /// cursor never sits in the last column, where terminals differ on wrapping).
-    private static func cut(_ text: String, _ width: Int) -> String {
-        guard width > 2 else { return "" }
-        return text.count > width - 1 ? String(text.prefix(width - 2)) + "…" : text
-    }
-
-    /// `text` cut (with an ellipsis) or padded to exactly `width` characters.
-    private static func fit(_ text: String, _ width: Int) -> String {
-        guard width > 1 else { return "" }
-        if text.count > width { return String(text.prefix(width - 1)) + "…" }
-        return text.padding(toLength: width, withPad: " ", startingAt: 0)
+    private static func rateText(_ rate: Double?) -> String {
+        rate.map { "\(QueueFormat.bytes($0))/s" } ?? "- B/s"
     }
 }

@@ -137,6 +137,11 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
                 statusLines = 0
                 writeLocked("\n", to: STDERR_FILENO)
             }
+            // A result on the same terminal takes the block's place; the next status draws below it.
+            if descriptor == STDOUT_FILENO, statusLines > 0, stderrIsTerminal, stdoutIsTerminal {
+                writeLocked("\r" + (statusLines > 1 ? "\u{1B}[\(statusLines - 1)A" : "") + "\u{1B}[J", to: STDERR_FILENO)
+                statusLines = 0
+            }
             writeLocked(text, to: descriptor)
         }
     }

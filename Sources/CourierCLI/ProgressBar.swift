@@ -2,89 +2,138 @@ import Courier
 import Foundation
 
 /// The progress of `courier get`: a bar on a terminal (standard error), NDJSON `progress`
-/// events with `--json`, nothing otherwise. Throttled; safe from any thread.
+/// events with `--json`, nothing otherwise. On a terminal it is redrawn twice a second whether
+/// or not bytes came (a stall shows as a falling rate, not a frozen one), with rates over a
+/// moving window of the transfers still active. Safe from any thread.
 final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
     private let output: Output
     private let label: String
     private let files: Int?
     private let lock = NSLock()
     private var perDownload: [String: TransferProgress] = [:]
+    private var window = RateWindow()
     private var finishedFiles = 0
     private var lastDraw: UInt64 = 0
+    private var drawn = false
     private let interval: UInt64
+    private var timer: (any DispatchSourceTimer)?
+    /// How often the bar is redrawn when no bytes come.
+    static let redrawInterval = 0.5
 
     init(output: Output, label: String, files: Int? = nil) {
         self.output = output
         self.label = label
         self.files = files
         self.interval = output.json ? 500_000_000 : 150_000_000
+        guard output.stderrIsTerminal, !output.json, !output.quiet else { return }
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + Self.redrawInterval, repeating: Self.redrawInterval)
+        timer.setEventHandler { [weak self] in self?.tick() }
+        self.timer = timer
+        timer.resume()
     }
+
+    deinit {
+        timer?.cancel()
+    }
+
+    private static func seconds(_ nanoseconds: UInt64) -> Double { Double(nanoseconds) / 1e9 }
 
     func update(_ progress: TransferProgress) {
         lock.lock()
-        perDownload[progress.id] = progress
         let now = DispatchTime.now().uptimeNanoseconds
+        perDownload[progress.id] = progress
+        window.record(progress.id, bytes: progress.bytesReceived, at: Self.seconds(now))
         guard now - lastDraw >= interval else {
             lock.unlock()
             return
         }
         lastDraw = now
-        let snapshot = Array(perDownload.values)
+        let snapshot = perDownload.values.sorted { $0.id < $1.id }
         let finished = finishedFiles
+        let rates = window
+        drawn = true
         lock.unlock()
-        draw(snapshot, finished: finished)
+        draw(snapshot, finished: finished, rates: rates, now: Self.seconds(now))
+    }
+
+    /// The redraw of the timer: the same state, a rate measured to now.
+    private func tick() {
+        lock.lock()
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard !perDownload.isEmpty || (files != nil && drawn) else {
+            lock.unlock()
+            return
+        }
+        lastDraw = now
+        let snapshot = perDownload.values.sorted { $0.id < $1.id }
+        let finished = finishedFiles
+        let rates = window
+        drawn = true
+        lock.unlock()
+        draw(snapshot, finished: finished, rates: rates, now: Self.seconds(now))
     }
 
     func fileFinished(_ result: DownloadResult) {
         lock.lock()
         finishedFiles += 1
         perDownload[result.id] = nil
+        window.remove(result.id)
         lock.unlock()
     }
 
     func finish() {
+        timer?.cancel()
         lock.lock()
-        let drawn = lastDraw != 0
+        let wasDrawn = drawn
         lock.unlock()
-        if drawn { output.endStatus() }
+        if wasDrawn { output.endStatus() }
     }
 
-    private func draw(_ downloads: [TransferProgress], finished: Int) {
+    private func draw(_ downloads: [TransferProgress], finished: Int, rates: RateWindow, now: Double) {
         if output.json {
             guard files == nil else { return }
             for progress in downloads {
+                let rate = rates.rate(progress.id, now: now) ?? progress.bytesPerSecond
                 var event: [String: Any] = [
                     "event": "progress", "id": progress.id, "bytesReceived": progress.bytesReceived,
-                    "bytesPerSecond": Int(progress.bytesPerSecond),
+                    "bytesPerSecond": Int(rate),
                 ]
                 if let total = progress.totalBytes { event["totalBytes"] = total }
                 if let fraction = progress.progress { event["progress"] = (fraction * 1000).rounded() / 1000 }
-                if let remaining = progress.timeRemaining { event["timeRemaining"] = (remaining * 10).rounded() / 10 }
+                if let total = progress.totalBytes, rate > 0 {
+                    event["timeRemaining"] = (Double(max(0, total - progress.bytesReceived)) / rate * 10).rounded() / 10
+                }
                 output.emit(event)
             }
             return
         }
         guard output.stderrIsTerminal else { return }
-        let received = downloads.reduce(Int64(0)) { $0 + $1.bytesReceived }
-        let rate = downloads.reduce(0.0) { $0 + $1.bytesPerSecond }
+        output.statusBlock(Self.lines(downloads, label: label, files: files, finished: finished, rates: rates, now: now, width: output.terminalColumns))
+    }
+
+    /// The status line for `downloads` (the active ones) on a terminal `width` columns wide.
+    static func lines(
+        _ downloads: [TransferProgress], label: String, files: Int?, finished: Int, rates: RateWindow, now: Double, width: Int
+    ) -> [String] {
+        let rate = rates.total(now: now)
+        let rateText = rate.map { "\(QueueFormat.bytes($0))/s" } ?? "- B/s"
         if let files {
-            output.status("\(label): \(finished)/\(files) done, \(Self.bytes(Double(received))) active, \(Self.bytes(rate))/s")
-            return
+            let received = downloads.reduce(Int64(0)) { $0 + $1.bytesReceived }
+            let row = ProgressLayout.Row(
+                name: "\(label): \(finished)/\(files) done", fraction: nil, amount: "\(QueueFormat.bytes(received)) active",
+                rate: rateText, eta: "\(downloads.count) downloading")
+            return ProgressLayout.lines([row], width: width)
         }
-        guard let progress = downloads.first else { return }
-        let width = 30
-        var text = label + " "
-        if let fraction = progress.progress, let total = progress.totalBytes {
-            let filled = Int(fraction * Double(width))
-            text += "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] "
-            text += String(format: "%3d%% ", Int(fraction * 100))
-            text += "\(Self.bytes(Double(progress.bytesReceived)))/\(Self.bytes(Double(total)))"
-        } else {
-            text += Self.bytes(Double(progress.bytesReceived))
+        guard let progress = downloads.first else { return [] }
+        var amount = QueueFormat.bytes(progress.bytesReceived)
+        var eta = "ETA ?"
+        if let total = progress.totalBytes {
+            amount += "/\(QueueFormat.bytes(total))"
+            if let rate, rate > 0 { eta = "ETA \(QueueFormat.duration(Double(max(0, total - progress.bytesReceived)) / rate))" }
         }
-        text += "  \(Self.bytes(progress.bytesPerSecond))/s"
-        if let remaining = progress.timeRemaining { text += "  ETA \(Int(remaining.rounded(.up)))s" }
-        output.status(text)
+        let row = ProgressLayout.Row(name: label, fraction: progress.progress, amount: amount, rate: rateText, eta: eta)
+        return ProgressLayout.lines([row], width: width)
     }
 
     static func bytes(_ count: Double) -> String { QueueFormat.bytes(count) }

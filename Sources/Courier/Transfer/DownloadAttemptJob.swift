@@ -41,6 +41,10 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     /// Bytes handed to the writer at once: 256 KiB, or less when checkpoints are closer (the
     /// writer's high water is 1 MiB: bounded memory, and little lost in flight on a kill).
     private let chunkSize: Int
+    /// When bytes were last handed to the writer: a slow body is handed over at least every
+    /// `flushInterval`, so its progress (reported as it is written) moves at least that often.
+    private var lastFlush = DispatchTime.now()
+    private static let flushInterval: UInt64 = 250_000_000
     /// Body bytes accepted by this attempt.
     private(set) var receivedBytes: Int64 = 0
     /// Where the accepted body starts in the file.
@@ -224,11 +228,14 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         if buffer.capacity < chunkSize { buffer.reserveCapacity(max(chunkSize, bytes.count)) }
         buffer.append(contentsOf: bytes)
         receivedBytes += Int64(bytes.count)
-        if buffer.count >= chunkSize { flush() }
+        if buffer.count >= chunkSize || DispatchTime.now().uptimeNanoseconds - lastFlush.uptimeNanoseconds >= Self.flushInterval {
+            flush()
+        }
         return bytes.count
     }
 
     private func flush() {
+        lastFlush = .now()
         guard !buffer.isEmpty else { return }
         writer.submit(buffer)
         buffer = []
