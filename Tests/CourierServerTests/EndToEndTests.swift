@@ -88,9 +88,10 @@ struct EndToEndTests {
         let refused = try CourierBinary.run(["get", packageURL, "-o", refusedFile.path, "-H", "Authorization: Bearer \(otherPurchase)"])
         #expect(refused.status == 3)
         #expect(!FileManager.default.fileExists(atPath: refusedFile.path))
-        // No purchase at all: 401, exit 3.
+        // No purchase at all: 401, exit 8 (the server refused the request), nothing written.
         let anonymous = try CourierBinary.run(["get", packageURL, "-o", refusedFile.path])
-        #expect(anonymous.status == 3)
+        #expect(anonymous.status == 8, "\(anonymous.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: refusedFile.path))
 
         // The purchase: killed with SIGKILL part way, then resumed to the verified package.
         let output = work.appending("pack1.zip")

@@ -49,7 +49,8 @@ extension DownloadRecord {
             }
         case .failed:
             switch errorCode {
-            case .network?: return .network
+            // A 404 may be a CDN that has not got the package yet: retried like the network.
+            case .network?, .serverRejected?: return .network
             case .leased?: return .partialFileBusy
             default: return nil
             }

@@ -25,7 +25,8 @@ public struct CourierError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let hostilePackage = Code(rawValue: "hostilePackage")
         /// The purchase does not entitle the user to this content.
         public static let notEntitled = Code(rawValue: "notEntitled")
-        /// The origin refused the request (401/403 from a receipt-gated origin).
+        /// The server refused the request: an HTTP 4xx other than 403 (`notEntitled`), 408/429
+        /// (retried) and a resolved 416; a 401 from a receipt-gated origin, a 404, a 410. Exit 8.
         public static let serverRejected = Code(rawValue: "serverRejected")
         /// The download was cancelled by the user.
         public static let cancelled = Code(rawValue: "cancelled")
@@ -68,11 +69,12 @@ public struct CourierError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The process exit code of the command-line contract (DESIGN.md).
     public var exitCode: Int32 {
         switch code {
-        case .receiptInvalid, .notEntitled, .serverRejected: return 3
+        case .receiptInvalid, .notEntitled: return 3
         case .insufficientSpace: return 4
         case .network: return 5
         case .integrity, .hostilePackage: return 6
         case .paused: return 7
+        case .serverRejected: return 8
         case .usage: return 2
         default: return 1
         }

@@ -129,6 +129,11 @@ package enum ResponseDecision: Equatable, Sendable {
                 retryAfter: head.retryAfter.flatMap { parseRetryAfter($0, now: now) },
                 CourierError(.network, "\(url.absoluteString) answered HTTP \(head.status)", cause: "HTTP \(head.status)")
             )
+        case 400...499:
+            // DESIGN's exit 8: the server refused this request (404, 410, 400…).
+            return .fail(
+                CourierError(.serverRejected, "\(url.absoluteString) answered HTTP \(head.status)", cause: "HTTP \(head.status)")
+            )
         default:
             return .fail(
                 CourierError(

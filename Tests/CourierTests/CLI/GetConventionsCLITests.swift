@@ -25,7 +25,7 @@ struct GetConventionsCLITests {
         let config = try TransferFixture.writeConfigFile(in: folder)
         let file = folder.appending("file.bin")
         let result = try CourierBinary.run(["get", origin.url().absoluteString, "-o", file.path, "--config", config.path])
-        #expect(result.status == 5, "\(result.stderr)")
+        #expect(result.status == 8, "\(result.stderr)")
         #expect(result.stderr.contains("404"))
         let left = try leftovers(folder.url)
         #expect(left.isEmpty, "left behind: \(left)")
@@ -111,7 +111,7 @@ struct GetConventionsCLITests {
         let result = try CourierBinary.run([
             "get", "-i", folder.appending("list.txt").path, "-d", out.path, "--config", config.path,
         ])
-        #expect(result.status == 5, "\(result.stderr)")
+        #expect(result.status == 8, "\(result.stderr)")
         let lines = result.stdout.split(separator: "\n").map(String.init)
         #expect(lines.first == "Download results:", "\(result.stdout)")
         #expect(lines.contains { $0.hasPrefix("OK") && $0.hasSuffix(out.appendingPathComponent("a.txt").path) }, "\(result.stdout)")

@@ -37,7 +37,7 @@ struct GetCommandTests {
         #expect(!FileManager.default.fileExists(atPath: file.path + ".courier-journal"))
     }
 
-    @Test("404 exits 5; a checksum mismatch exits 6 and leaves nothing at FILE")
+    @Test("404 exits 8 (the server refused); a checksum mismatch exits 6 and leaves nothing at FILE")
     func failures() throws {
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
@@ -48,7 +48,7 @@ struct GetCommandTests {
         let config = try TransferFixture.writeConfigFile(in: folder)
         let file = folder.appending("file.bin")
         let missing = try CourierBinary.run(["get", origin.url().absoluteString, "-o", file.path, "--config", config.path])
-        #expect(missing.status == 5)
+        #expect(missing.status == 8, "\(missing.stderr)")
         #expect(missing.stderr.contains("404"))
         let bad = try CourierBinary.run([
             "get", origin.url().absoluteString, "-o", file.path, "--sha256", String(repeating: "ab", count: 32),

@@ -43,8 +43,10 @@ struct ResponseDecisionTests {
         }
         #expect(code(401) == .serverRejected)
         #expect(code(403) == .notEntitled)
-        #expect(code(404) == .network)
-        #expect(code(410) == .network)
+        #expect(code(404) == .serverRejected)
+        #expect(code(410) == .serverRejected)
+        #expect(code(400) == .serverRejected)
+        #expect(code(302) == .network)
         if case .retry = ResponseDecision.decide(DownloadResponseHead(status: 503), requestedOffset: 0, knownTotal: nil, url: url) {
         } else {
             Issue.record("503 must be retried")

@@ -181,7 +181,7 @@ struct TransferEngineTests {
 
     @Test("404, 401 and 403 fail at once with their codes")
     func refusals() async throws {
-        for (status, code) in [(404, CourierError.Code.network), (401, .serverRejected), (403, .notEntitled)] {
+        for (status, code) in [(404, CourierError.Code.serverRejected), (401, .serverRejected), (403, .notEntitled)] {
             let folder = try TemporaryDirectory()
             defer { folder.remove() }
             var behavior = FaultOrigin.Behavior()
