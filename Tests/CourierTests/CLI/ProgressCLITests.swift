@@ -142,4 +142,55 @@ struct ProgressCLITests {
         let amounts = Set(lines.compactMap { $0.components(separatedBy: "%  ").last?.components(separatedBy: "  ").first })
         #expect(amounts.count >= 3, "\(amounts)")
     }
+
+    @Test(
+        "deliver prints each delivered line when it happens, not when the slowest download ends",
+        .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+    func deliveredLinesAsTheyHappen() throws {
+        let shop = try Shop(payloadSize: 64 * 1024)
+        defer { shop.stop() }
+        // The music package comes from an origin sending 20 KB/s (about 3 s); the others from nginx.
+        let www = shop.directory.appending("www")
+        let slow = "com.example.music"
+        var behavior = FaultOrigin.Behavior()
+        behavior.bytesPerSecond = 20_000
+        behavior.faultyResponses = 100
+        let origin = try FaultOrigin(content: try Data(contentsOf: www.appendingPathComponent("\(slow).zip")), behavior: behavior)
+        defer { origin.stop() }
+        let catalogFile = www.appendingPathComponent("catalog.json")
+        var catalog = try Catalog.decode(try Data(contentsOf: catalogFile))
+        for index in catalog.products.indices where catalog.products[index].productId == slow {
+            catalog.products[index].content?.url = origin.url("/\(slow).zip").absoluteString
+        }
+        try catalog.encoded().write(to: catalogFile)
+        let receipt = try shop.receipt(["com.example.levels", slow])
+        _ = try shop.courier(["list", "--json"])  // writes the configuration file
+        let out = shop.directory.appending("deliver.out")
+        let process = try CourierBinary.start(
+            shop.deliverArguments(receipt) + ["--storage", shop.storage.path],
+            environment: ["COURIER_CONFIG": shop.directory.appending("courier.json").path], directory: shop.directory.url,
+            stdout: out)
+        // When each line appeared on standard output (polled; the run takes about 3 s).
+        var seen: [String: Date] = [:]
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            let running = process.isRunning
+            let text = (try? String(contentsOf: out, encoding: .utf8)) ?? ""
+            for product in ["com.example.levels", slow] where seen[product] == nil && text.contains("delivered \(product) ") {
+                seen[product] = Date()
+            }
+            if !running { break }
+            usleep(20_000)
+        }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let fast = try #require(seen["com.example.levels"])
+        let last = try #require(seen[slow])
+        #expect(last.timeIntervalSince(fast) >= 1, "the fast download's line came \(last.timeIntervalSince(fast)) s before the slow one's")
+        #expect(shop.isPlaced("com.example.levels") && shop.isPlaced(slow))
+        // Each said once.
+        let text = try String(contentsOf: out, encoding: .utf8)
+        #expect(text.components(separatedBy: "delivered com.example.levels ").count == 2, "\(text)")
+    }
 }
