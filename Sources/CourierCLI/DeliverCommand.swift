@@ -38,7 +38,12 @@ struct DeliverCommand: AsyncParsableCommand {
                 .filter { try client.queue.downloads(transactionId: $0.id).isEmpty }
             if transactions.allSatisfy({ $0.state == .finished }) {
                 if output.json {
-                    output.emit(["event": "result", "delivered": [String](), "alreadyDelivered": transactions.map(\.id), "exitCode": 0])
+                    // The same fields as a first run's result (docs/json.md), nothing new in them.
+                    let content = try transactions.flatMap { try client.queue.downloads(transactionId: $0.id) }.compactMap { $0.contentURL?.path }
+                    output.emit([
+                        "event": "result", "finishedDownloads": [String](), "finishedTransactions": [String](),
+                        "unfinished": [[String: Any]](), "content": content, "alreadyDelivered": transactions.map(\.id),
+                    ])
                 } else {
                     output.line("Nothing to do: \(transactions.count == 1 ? "this purchase was" : "these \(transactions.count) purchases were") already delivered.")
                 }
@@ -109,6 +114,7 @@ extension CourierClient {
                 "unfinished": summary.unfinished.map { ["id": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any] },
             ]
             result["content"] = finished.compactMap { $0.download?.contentURL?.path }
+            result["alreadyDelivered"] = Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted()
             output.emit(result)
         } else {
             // Each download placed by this run was said when it happened (by the view).

@@ -78,7 +78,7 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
             ]
             if let remaining = record.timeRemaining { event["timeRemaining"] = remaining }
             if let code = record.errorCode { event["error"] = ["code": code.rawValue, "message": record.errorMessage ?? ""] }
-            if let url = record.contentURL { event["contentURL"] = url.path }
+            if let url = record.contentURL { event["contentPath"] = url.path }
             output.emit(event)
             return
         }

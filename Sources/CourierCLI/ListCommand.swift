@@ -54,7 +54,8 @@ struct QueueListing: Encodable {
         var rate: Double?
         var timeRemaining: Double?
         var error: ErrorLine?
-        var contentURL: String?
+        /// Where the content was placed (a path; StoreKit calls it contentURL).
+        var contentPath: String?
         var owner: Owner?
         var stalled: String?
 
@@ -91,7 +92,7 @@ struct QueueListing: Encodable {
             rate = d.rate
             timeRemaining = d.timeRemaining
             if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
-            contentURL = d.contentURL?.path
+            contentPath = d.contentURL?.path
         }
     }
 

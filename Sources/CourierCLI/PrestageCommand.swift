@@ -173,7 +173,7 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
                 lastEvent = now
                 var object: [String: Any] = [
                     "event": "progress", "packagesDone": done, "packagesFailed": failed, "packages": totalTasks,
-                    "bytes": bytes, "totalBytes": totalBytes, "bytesPerSecond": Int64(rate),
+                    "bytesReceived": bytes, "contentLength": totalBytes, "rate": Int64(rate),
                 ]
                 if let remaining { object["timeRemaining"] = (remaining * 10).rounded() / 10 }
                 event = object

@@ -97,9 +97,9 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
                 let rate = rates.rate(progress.id, now: now) ?? progress.bytesPerSecond
                 var event: [String: Any] = [
                     "event": "progress", "id": progress.id, "bytesReceived": progress.bytesReceived,
-                    "bytesPerSecond": Int(rate),
+                    "rate": Int(rate),
                 ]
-                if let total = progress.totalBytes { event["totalBytes"] = total }
+                if let total = progress.totalBytes { event["contentLength"] = total }
                 if let fraction = progress.progress { event["progress"] = (fraction * 1000).rounded() / 1000 }
                 if let total = progress.totalBytes, rate > 0 {
                     event["timeRemaining"] = (Double(max(0, total - progress.bytesReceived)) / rate * 10).rounded() / 10

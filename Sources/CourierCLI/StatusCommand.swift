@@ -23,19 +23,60 @@ struct StatusCommand: AsyncParsableCommand {
         try await global.run { output in
             let control = try global.queueControl()
             var last: [QueueEntry] = []
+            var shown: [String]?
             while true {
                 let entries = try await control.perform(.status(id)).entries
                 guard !entries.isEmpty || !last.isEmpty else {
                     throw CourierError(.notFound, "no download or transaction \(id)")
                 }
-                if entries != last { show(entries, output: output) }
+                let changed = entries != last
                 last = entries
                 let moving = entries.contains { $0.download?.state == .active || $0.download?.state == .waiting }
-                if !watch || !moving { break }
+                let settled = !watch || !moving
+                if watch && output.json {
+                    // NDJSON: a `status` event when something a reader sees changed (not a
+                    // heartbeat or a timestamp), then the `result`.
+                    let key = Self.visible(entries)
+                    if settled {
+                        output.emit(Self.event("result", entries))
+                    } else if key != shown {
+                        output.emit(Self.event("status", entries))
+                    }
+                    shown = key
+                } else if changed {
+                    show(entries, output: output)
+                }
+                if settled { break }
                 try await Task.sleep(nanoseconds: UInt64(max(0.1, interval) * 1e9))
             }
             if watch && !output.json { output.endStatus() }
         }
+    }
+
+    /// What a reader of `entries` sees change: states, bytes, errors, owners (not timestamps).
+    static func visible(_ entries: [QueueEntry]) -> [String] {
+        entries.map { entry in
+            let d = entry.download
+            return [
+                entry.transactionId, entry.transactionState.rawValue, d?.id ?? "", d?.state.rawValue ?? "",
+                d?.pauseReason?.rawValue ?? "", "\(d?.bytesReceived ?? 0)", d?.errorCode?.rawValue ?? "",
+                entry.lease.map { "\($0.owner.pid)@\($0.owner.host)" } ?? "", entry.stalled?.rawValue ?? "",
+            ].joined(separator: " ")
+        }
+    }
+
+    /// `entries` as one NDJSON event (`status` or `result`) with the `list --json` entry fields.
+    static func event(_ name: String, _ entries: [QueueEntry]) -> [String: Any] {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        var object: [String: Any] = ["entries": [Any]()]
+        if let data = try? encoder.encode(QueueListing(entries: entries.map(QueueListing.Line.init))),
+            let decoded = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        {
+            object = decoded
+        }
+        object["event"] = name
+        return object
     }
 
     private func show(_ entries: [QueueEntry], output: Output) {

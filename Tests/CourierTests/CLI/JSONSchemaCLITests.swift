@@ -11,8 +11,11 @@ struct JSONSchemaCLITests {
     static let required: [String: Set<String>] = [
         "result": [], "error": ["code", "message", "exitCode"], "retry": ["id", "retry", "maxRetries", "delay", "code", "message"],
         "failed": ["id", "code", "message"], "saved": ["id", "file", "length", "sha256"], "refused": ["line", "url", "code", "message"], "enqueued": ["transactions"],
-        "progress": [], "waitingForOwner": ["owners", "downloads"],
+        "progress": ["bytesReceived", "rate"], "waitingForOwner": ["owners", "downloads"],
+        "download": ["id", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
     ]
+    /// Names of the same things that one vocabulary replaced (docs/json.md): never printed.
+    static let retired: Set<String> = ["bytesPerSecond", "totalBytes", "contentURL", "delivered"]
 
     private func check(_ result: CourierBinary.Result, _ what: String) {
         let lines = result.stdout.split(separator: "\n")
@@ -33,6 +36,7 @@ struct JSONSchemaCLITests {
             if let fields = Self.required[event] {
                 #expect(fields.isSubset(of: Set(object.keys)), "\(what): \(event) lacks \(fields.subtracting(object.keys))")
             }
+            #expect(Self.retired.isDisjoint(with: object.keys), "\(what): a retired name in \(line)")
             if event == "result" || event == "error" {
                 #expect(index == lines.count - 1, "\(what): \(event) is not last")
             }
@@ -65,5 +69,54 @@ struct JSONSchemaCLITests {
                 "get", "-i", folder.appending("list2").path, "-d", folder.appending("out").path, "--json", "--config", config.path,
             ]), "get -i, all saved")
         check(try CourierBinary.run(["list", "--json", "--storage", folder.appending("nowhere").path]), "list error")
+    }
+
+    @Test(
+        "deliver: a re-run's result has a first run's fields; download events and list say contentPath; status --watch is NDJSON",
+        .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+    func deliverAndStatus() throws {
+        // About a second per package, so status --watch sees downloads move.
+        let shop = try Shop(payloadSize: 256 << 10, rateLimit: "256k")
+        defer { shop.stop() }
+        let receipt = try shop.receipt(Shop.products)
+        _ = try shop.courier(["list", "--json"])  // writes the configuration file
+        let delivering = try shop.start(shop.deliverArguments(receipt))
+        var downloadId: String?
+        let deadline = Date().addingTimeInterval(30)
+        while downloadId == nil && Date() < deadline && delivering.isRunning {
+            let listed = try shop.courier(["list", "--json"])
+            downloadId = ((listed.events.first?["entries"] as? [[String: Any]]) ?? []).compactMap { $0["downloadId"] as? String }.first
+            if downloadId == nil { usleep(50_000) }
+        }
+        if let downloadId {
+            let watched = try shop.courier(["status", downloadId, "--watch", "--json", "--interval", "0.1"])
+            #expect(watched.status == 0, "\(watched.stderr)")
+            check(watched, "status --watch")
+            #expect(watched.events.last?["event"] as? String == "result")
+            // No snapshot repeats the one before it.
+            let snapshots = watched.events.filter { $0["event"] as? String == "status" }.map { event in
+                ((event["entries"] as? [[String: Any]]) ?? []).map { "\($0["state"] ?? "") \($0["bytesReceived"] ?? "")" }
+            }
+            for (before, after) in zip(snapshots, snapshots.dropFirst()) { #expect(before != after, "a repeated snapshot: \(after)") }
+        }
+        delivering.waitUntilExit()
+        #expect(delivering.terminationStatus == 0)
+
+        let first = try shop.courier(["list", "--all", "--json"])
+        let entries = (first.events.first?["entries"] as? [[String: Any]]) ?? []
+        #expect(entries.count == 3 && entries.allSatisfy { $0["contentPath"] is String && $0["contentURL"] == nil }, "\(entries)")
+        let again = try shop.courier(shop.deliverArguments(receipt) + ["--json"])
+        check(again, "deliver re-run")
+        let rerun = try #require(again.events.last)
+        #expect((rerun["alreadyDelivered"] as? [String])?.count == 3)
+        #expect((rerun["content"] as? [String])?.count == 3)
+
+        // A first run on a fresh store: the same fields, download events with contentPath.
+        let fresh = shop.directory.appending("Fresh")
+        let run = try shop.courier(shop.deliverArguments(receipt) + ["--json"], storage: fresh)
+        check(run, "deliver")
+        let result = try #require(run.events.last)
+        #expect(Set(result.keys) == Set(rerun.keys), "first run \(result.keys.sorted()), re-run \(rerun.keys.sorted())")
+        #expect(run.events.contains { $0["event"] as? String == "download" && $0["contentPath"] is String })
     }
 }
