@@ -19,6 +19,8 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
     /// The downloads whose "delivered" line was printed.
     private var announced: Set<String> = []
     private var timer: (any DispatchSourceTimer)?
+    /// Set by `finish`: nothing more is drawn.
+    private var closed = false
     /// At most this many download lines; the rest are summed up in one line.
     static let maxLines = 8
     /// How often the display is redrawn when nothing changes.
@@ -99,15 +101,15 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
         redraw(force: record.state != .active)
     }
 
+    /// Draws under `lock`, so nothing is drawn after `finish` ended the block.
     private func redraw(force: Bool) {
-        let lines: [String]? = lock.withLock {
+        lock.withLock {
             let now = Self.now
-            guard force || now - lastDraw > 0.1, !order.isEmpty else { return nil }
+            guard !closed, force || now - lastDraw > 0.1, !order.isEmpty else { return }
             lastDraw = now
             let records = order.compactMap { downloads[$0] }
-            return Self.render(records, rates: window, now: now, width: output.terminalColumns)
+            output.statusBlock(Self.render(records, rates: window, now: now, width: output.terminalColumns))
         }
-        if let lines { output.statusBlock(lines) }
     }
 
     static func received(_ records: [DownloadRecord]) -> Int64 {
@@ -116,6 +118,7 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
 
     func finish() {
         timer?.cancel()
+        lock.withLock { closed = true }
         output.endStatus()
     }
 

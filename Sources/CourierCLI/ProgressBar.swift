@@ -15,6 +15,8 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
     private var finishedFiles = 0
     private var lastDraw: UInt64 = 0
     private var drawn = false
+    /// Set by `finish`: nothing more is drawn.
+    private var closed = false
     private let interval: UInt64
     private var timer: (any DispatchSourceTimer)?
     /// How often the bar is redrawn when no bytes come.
@@ -40,38 +42,29 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
     private static func seconds(_ nanoseconds: UInt64) -> Double { Double(nanoseconds) / 1e9 }
 
     func update(_ progress: TransferProgress) {
-        lock.lock()
-        let now = DispatchTime.now().uptimeNanoseconds
-        perDownload[progress.id] = progress
-        window.record(progress.id, bytes: progress.bytesReceived, at: Self.seconds(now))
-        guard now - lastDraw >= interval else {
-            lock.unlock()
-            return
+        lock.withLock {
+            let now = DispatchTime.now().uptimeNanoseconds
+            perDownload[progress.id] = progress
+            window.record(progress.id, bytes: progress.bytesReceived, at: Self.seconds(now))
+            guard now - lastDraw >= interval else { return }
+            drawLocked(now: now)
         }
-        lastDraw = now
-        let snapshot = perDownload.values.sorted { $0.id < $1.id }
-        let finished = finishedFiles
-        let rates = window
-        drawn = true
-        lock.unlock()
-        draw(snapshot, finished: finished, rates: rates, now: Self.seconds(now))
     }
 
     /// The redraw of the timer: the same state, a rate measured to now.
     private func tick() {
-        lock.lock()
-        let now = DispatchTime.now().uptimeNanoseconds
-        guard !perDownload.isEmpty || (files != nil && drawn) else {
-            lock.unlock()
-            return
+        lock.withLock {
+            guard !perDownload.isEmpty || (files != nil && drawn) else { return }
+            drawLocked(now: DispatchTime.now().uptimeNanoseconds)
         }
+    }
+
+    /// Draws under `lock`, so nothing is drawn after `finish` ended the status line.
+    private func drawLocked(now: UInt64) {
+        guard !closed else { return }
         lastDraw = now
-        let snapshot = perDownload.values.sorted { $0.id < $1.id }
-        let finished = finishedFiles
-        let rates = window
         drawn = true
-        lock.unlock()
-        draw(snapshot, finished: finished, rates: rates, now: Self.seconds(now))
+        draw(perDownload.values.sorted { $0.id < $1.id }, finished: finishedFiles, rates: window, now: Self.seconds(now))
     }
 
     func fileFinished(_ result: DownloadResult) {
@@ -84,9 +77,10 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
 
     func finish() {
         timer?.cancel()
-        lock.lock()
-        let wasDrawn = drawn
-        lock.unlock()
+        let wasDrawn = lock.withLock {
+            closed = true
+            return drawn
+        }
         if wasDrawn { output.endStatus() }
     }
 
