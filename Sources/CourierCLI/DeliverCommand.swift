@@ -111,7 +111,7 @@ extension CourierClient {
                 "event": "result",
                 "finishedDownloads": summary.finishedDownloads,
                 "finishedTransactions": summary.finishedTransactions,
-                "unfinished": summary.unfinished.map { ["id": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any] },
+                "unfinished": summary.unfinished.map { ["downloadId": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any] },
             ]
             result["content"] = finished.compactMap { $0.download?.contentURL?.path }
             result["alreadyDelivered"] = Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted()

@@ -74,7 +74,7 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
     private func show(_ record: DownloadRecord) {
         if output.json {
             var event: [String: Any] = [
-                "event": "download", "id": record.id, "contentIdentifier": record.contentIdentifier,
+                "event": "download", "downloadId": record.id, "transactionId": record.transactionId, "contentIdentifier": record.contentIdentifier,
                 "state": record.state.rawValue, "progress": record.progress, "bytesReceived": record.bytesReceived,
                 "contentLength": record.length, "rate": record.rate,
             ]

@@ -37,7 +37,7 @@ struct EnqueueCommand: AsyncParsableCommand {
             let downloads = result.downloads.filter { $0.transactionId == transaction.id }
             lines.append([
                 "transactionId": transaction.id, "productId": transaction.productId, "state": transaction.state.rawValue,
-                "downloads": downloads.map { ["id": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
+                "downloads": downloads.map { ["downloadId": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
             ])
             if !output.json {
                 output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")

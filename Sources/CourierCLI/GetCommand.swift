@@ -173,8 +173,8 @@ struct GetCommand: AsyncParsableCommand {
             headers: headers
         )
         let store = FileResumeJournalStore(directory: destination.deletingLastPathComponent())
-        let bar = ProgressBar(output: output, label: destination.lastPathComponent)
-        let retries = RetryReporter(output: output)
+        let bar = ProgressBar(output: output, label: destination.lastPathComponent, file: destination.path)
+        let retries = RetryReporter(output: output, file: destination.path)
         do {
             let result = try await engine.download(request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
             bar.finish()
@@ -254,7 +254,7 @@ struct GetCommand: AsyncParsableCommand {
         let outcomes = await withTaskGroup(of: (DownloadRequest, Result<DownloadResult, any Error>).self) { group in
             for request in requests {
                 group.addTask {
-                    let retries = RetryReporter(output: output)
+                    let retries = RetryReporter(output: output, file: request.destination.path)
                     do {
                         let result = try await engine.download(
                             request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
@@ -266,7 +266,7 @@ struct GetCommand: AsyncParsableCommand {
                         GetDestination.removeEmptyLeftovers(of: request, journal: store)
                         if output.json, let error = error as? CourierError {
                             output.emit([
-                                "event": "failed", "id": request.id, "code": error.code.rawValue, "message": error.message,
+                                "event": "failed", "file": request.destination.path, "code": error.code.rawValue, "message": error.message,
                             ])
                         }
                         return (request, .failure(error))
@@ -332,7 +332,7 @@ struct GetCommand: AsyncParsableCommand {
         if output.json {
             output.emit([
                 // One file of a list is "saved"; the command's last line is its "result" or "error".
-                "event": inputFile == nil ? "result" : "saved", "id": result.id, "file": result.file.path, "length": result.length,
+                "event": inputFile == nil ? "result" : "saved", "file": result.file.path, "length": result.length,
                 "sha256": result.sha256, "bytesFetched": result.bytesFetched, "resumedFrom": result.resumedFrom,
             ])
         } else if inputFile == nil {
@@ -370,8 +370,12 @@ final class RetryReporter: @unchecked Sendable {  // @unchecked: `retries` is on
     private let lock = NSLock()
     private var retries = 0
 
-    init(output: Output) {
+    /// The file the download is saved to, named in `retry` events (docs/json.md).
+    private let file: String
+
+    init(output: Output, file: String) {
         self.output = output
+        self.file = file
     }
 
     var report: @Sendable (TransferRetry) -> Void {
@@ -379,7 +383,7 @@ final class RetryReporter: @unchecked Sendable {  // @unchecked: `retries` is on
             lock.withLock { retries += 1 }
             if output.json {
                 output.emit([
-                    "event": "retry", "id": retry.id, "retry": retry.retry, "maxRetries": retry.maxRetries,
+                    "event": "retry", "file": file, "retry": retry.retry, "maxRetries": retry.maxRetries,
                     "delay": (retry.delay * 1000).rounded() / 1000, "code": retry.error.code.rawValue, "message": retry.error.message,
                 ])
             } else {

@@ -199,7 +199,7 @@ enum QueueFormat {
         if output.json {
             output.emit([
                 "event": verb,
-                "downloads": changed.map { ["id": $0.id, "transactionId": $0.transactionId, "state": $0.state.rawValue] },
+                "downloads": changed.map { ["downloadId": $0.id, "transactionId": $0.transactionId, "state": $0.state.rawValue] },
             ])
             return
         }

@@ -22,9 +22,13 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
     /// How often the bar is redrawn when no bytes come.
     static let redrawInterval = 0.5
 
-    init(output: Output, label: String, files: Int? = nil) {
+    /// The file of a one-file download, named in `progress` events (docs/json.md).
+    private let file: String?
+
+    init(output: Output, label: String, file: String? = nil, files: Int? = nil) {
         self.output = output
         self.label = label
+        self.file = file
         self.files = files
         self.interval = output.json ? 500_000_000 : 150_000_000
         guard output.stderrIsTerminal, !output.json, !output.quiet else { return }
@@ -90,7 +94,7 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
             for progress in downloads {
                 let rate = rates.rate(progress.id, now: now) ?? progress.bytesPerSecond
                 var event: [String: Any] = [
-                    "event": "progress", "id": progress.id, "bytesReceived": progress.bytesReceived,
+                    "event": "progress", "file": file ?? progress.id, "bytesReceived": progress.bytesReceived,
                     "rate": Int(rate),
                 ]
                 if let total = progress.totalBytes { event["contentLength"] = total }

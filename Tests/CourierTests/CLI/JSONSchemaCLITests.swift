@@ -9,13 +9,13 @@ import Testing
 struct JSONSchemaCLITests {
     /// The fields each event must have (docs/json.md, "Events").
     static let required: [String: Set<String>] = [
-        "result": [], "error": ["code", "message", "exitCode"], "retry": ["id", "retry", "maxRetries", "delay", "code", "message"],
-        "failed": ["id", "code", "message"], "saved": ["id", "file", "length", "sha256"], "refused": ["line", "url", "code", "message"], "enqueued": ["transactions"],
+        "result": [], "error": ["code", "message", "exitCode"], "retry": ["file", "retry", "maxRetries", "delay", "code", "message"],
+        "failed": ["file", "code", "message"], "saved": ["file", "length", "sha256"], "refused": ["line", "url", "code", "message"], "enqueued": ["transactions"],
         "progress": ["bytesReceived", "rate"], "waitingForOwner": ["owners", "downloads"],
-        "download": ["id", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
+        "download": ["downloadId", "transactionId", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
     ]
     /// Names of the same things that one vocabulary replaced (docs/json.md): never printed.
-    static let retired: Set<String> = ["bytesPerSecond", "totalBytes", "contentURL", "delivered"]
+    static let retired: Set<String> = ["bytesPerSecond", "totalBytes", "contentURL", "delivered", "id"]
 
     private func check(_ result: CourierBinary.Result, _ what: String) {
         let lines = result.stdout.split(separator: "\n")
