@@ -35,10 +35,11 @@ public enum CourierBinary {
         environment: [String: String] = [:],
         directory: URL? = nil,
         stdout: URL? = nil,
-        stderr: URL? = nil
+        stderr: URL? = nil,
+        executable: URL? = nil
     ) throws -> Process {
         let process = Process()
-        process.executableURL = url
+        process.executableURL = executable ?? url
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { $1 }
@@ -68,40 +69,25 @@ public enum CourierBinary {
         directory: URL? = nil,
         timeout: Double = 120
     ) throws -> Result {
-        let scratch = try TemporaryDirectory(prefix: "courier-run")
-        defer { scratch.remove() }
-        let out = scratch.appending("stdout")
-        let err = scratch.appending("stderr")
-        let process = try start(arguments, environment: environment, directory: directory, stdout: out, stderr: err)
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-        }
-        process.waitUntilExit()
-        return Result(
-            status: process.terminationStatus,
-            stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
-            stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? ""
-        )
+        try runToEnd(arguments, environment: environment, directory: directory, timeout: timeout, executable: nil)
     }
 
     /// Runs a shell command line (`/bin/sh -c LINE`) to completion, for the rare test that needs
     /// the shell (a umask, a pipe) around `courier`; quote the binary's path yourself.
     public static func runShell(_ line: String, timeout: Double = 120) throws -> Result {
+        try runToEnd(["-c", line], environment: [:], directory: nil, timeout: timeout, executable: URL(fileURLWithPath: "/bin/sh"))
+    }
+
+    /// Starts the process, waits for it (SIGKILL after `timeout` seconds) and collects its output.
+    private static func runToEnd(
+        _ arguments: [String], environment: [String: String], directory: URL?, timeout: Double, executable: URL?
+    ) throws -> Result {
         let scratch = try TemporaryDirectory(prefix: "courier-run")
         defer { scratch.remove() }
         let out = scratch.appending("stdout")
         let err = scratch.appending("stderr")
-        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: err.path, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", line]
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: out)
-        process.standardError = try FileHandle(forWritingTo: err)
-        try process.run()
+        let process = try start(
+            arguments, environment: environment, directory: directory, stdout: out, stderr: err, executable: executable)
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning && Date() < deadline { usleep(10_000) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }

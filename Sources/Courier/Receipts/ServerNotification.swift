@@ -111,32 +111,9 @@ extension SignedTransactionVerifier {
     /// and `signedDate` not in the future; then its `data.signedTransactionInfo` with
     /// `verifyAllowingRevocation`. Throws `CourierError(.receiptInvalid)` naming the check.
     public func verifyNotification(_ signedPayload: String, now: Date = Date()) async throws -> VerifiedServerNotification {
-        let jws = try CompactJWS(signedPayload)
-        guard let algorithm = jws.algorithm else {
-            throw ReceiptCheck.format.failure("the notification's header has no alg")
-        }
-        guard algorithm == "ES256" else {
-            throw ReceiptCheck.format.failure("the notification's alg is \(algorithm); only ES256 is accepted")
-        }
-        guard let encodedChain = jws.certificateChain else {
-            throw ReceiptCheck.format.failure("the notification's header has no x5c certificate chain")
-        }
+        let (jws, encodedChain) = try Self.decodeHeader(signedPayload, owner: "the notification's")
         let notification = try ServerNotification(json: jws.payload)
-        guard encodedChain.count == 3 else {
-            throw ReceiptCheck.chain.failure(
-                "x5c holds \(encodedChain.count) certificates; the App Store's format has exactly 3 (leaf, intermediate, root)"
-            )
-        }
-        let leafKey = try await verifiedLeafKey(encodedChain, at: notification.signedDate ?? now)
-        let signature: P256.Signing.ECDSASignature
-        do {
-            signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
-        } catch {
-            throw ReceiptCheck.signature.failure("the notification's signature is not a 64-byte ES256 r‖s value")
-        }
-        guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
-            throw ReceiptCheck.signature.failure("the notification's ES256 signature does not verify with the leaf certificate's key")
-        }
+        try await verifySignature(of: jws, chain: encodedChain, at: notification.signedDate ?? now, owner: "the notification's")
         guard notification.bundleId == bundleId else {
             throw ReceiptCheck.bundle.failure(
                 "the notification is for bundle \(notification.bundleId ?? "(none)"), not \(bundleId)",

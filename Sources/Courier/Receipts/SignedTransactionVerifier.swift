@@ -65,23 +65,32 @@ public struct SignedTransactionVerifier: Sendable {
     /// Checks signature and chain, then returns the payload without the claim checks
     /// (bundle, environment, dates, revocation).
     func verifiedPayload(_ compactJWS: String) async throws -> SignedTransactionPayload {
-        let (jws, encodedChain, payload) = try Self.decodeFormat(compactJWS)
+        let (jws, encodedChain) = try Self.decodeHeader(compactJWS, owner: "the")
+        let payload = try SignedTransactionPayload(json: jws.payload)
+        try await verifySignature(of: jws, chain: encodedChain, at: payload.signedDate, owner: "the")
+        return payload
+    }
+
+    /// The `chain` and `signature` checks every App Store JWS gets, whatever it carries: exactly
+    /// three `x5c` certificates, leaf → intermediate → a trusted root with Apple's OIDs judged at
+    /// `signedDate`, and the ES256 signature by the leaf's key. `owner` starts the messages
+    /// ("the", "the notification's").
+    func verifySignature(of jws: CompactJWS, chain encodedChain: [String], at signedDate: Date, owner: String) async throws {
         guard encodedChain.count == 3 else {
             throw ReceiptCheck.chain.failure(
                 "x5c holds \(encodedChain.count) certificates; the App Store's format has exactly 3 (leaf, intermediate, root)"
             )
         }
-        let leafKey = try await verifiedLeafKey(encodedChain, at: payload.signedDate)
+        let leafKey = try await verifiedLeafKey(encodedChain, at: signedDate)
         let signature: P256.Signing.ECDSASignature
         do {
             signature = try P256.Signing.ECDSASignature(rawRepresentation: jws.signature)
         } catch {
-            throw ReceiptCheck.signature.failure("the signature is not a 64-byte ES256 r‖s value")
+            throw ReceiptCheck.signature.failure("\(owner) signature is not a 64-byte ES256 r‖s value")
         }
         guard leafKey.isValidSignature(signature, for: jws.signingInput) else {
-            throw ReceiptCheck.signature.failure("the ES256 signature does not verify with the leaf certificate's key")
+            throw ReceiptCheck.signature.failure("\(owner) ES256 signature does not verify with the leaf certificate's key")
         }
-        return payload
     }
 
     /// Decodes a signed transaction from the raw bytes of its token without verifying it: the
@@ -100,17 +109,24 @@ public struct SignedTransactionVerifier: Sendable {
     static func decodeFormat(
         _ compactJWS: String
     ) throws -> (jws: CompactJWS, chain: [String], payload: SignedTransactionPayload) {
+        let (jws, encodedChain) = try decodeHeader(compactJWS, owner: "the")
+        return (jws, encodedChain, try SignedTransactionPayload(json: jws.payload))
+    }
+
+    /// The `format` checks of an App Store JWS's header: three base64url parts, `alg` ES256 and
+    /// an `x5c` array. `owner` starts the messages ("the", "the notification's").
+    static func decodeHeader(_ compactJWS: String, owner: String) throws -> (jws: CompactJWS, chain: [String]) {
         let jws = try CompactJWS(compactJWS)
         guard let algorithm = jws.algorithm else {
-            throw ReceiptCheck.format.failure("the header has no alg")
+            throw ReceiptCheck.format.failure("\(owner) header has no alg")
         }
         guard algorithm == "ES256" else {
-            throw ReceiptCheck.format.failure("the header's alg is \(algorithm); only ES256 is accepted")
+            throw ReceiptCheck.format.failure("\(owner) header's alg is \(algorithm); only ES256 is accepted")
         }
         guard let encodedChain = jws.certificateChain else {
-            throw ReceiptCheck.format.failure("the header has no x5c certificate chain")
+            throw ReceiptCheck.format.failure("\(owner) header has no x5c certificate chain")
         }
-        return (jws, encodedChain, try SignedTransactionPayload(json: jws.payload))
+        return (jws, encodedChain)
     }
 
     /// The leaf's key once the chain checks pass at `signedDate` (`certificate`, `OID`,
