@@ -19,7 +19,10 @@ struct ServeCommand: AsyncParsableCommand {
             (REFUND and REVOKE revoke a transaction, REFUND_REVERSED reinstates it), recorded in \
             <storage>/origin.sqlite. Prints the bound port (a `listening` event with --json); \
             SIGTERM or SIGINT stop it gracefully. Limits by default: a request head within 10 s, \
-            30 s idle, 30 s for a client that reads nothing, 1024 connections.
+            30 s idle, 30 s for a client that reads nothing, 1024 connections. \
+            GET /authorize answers nginx's auth_request (204, 401 or 403 for the path in \
+            X-Original-URI); `courier origin nginx-config` prints the nginx configuration that uses \
+            it. --metrics-port serves Prometheus metrics at GET /metrics on a port of its own.
             """
     )
 
@@ -55,6 +58,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("max-connections"), help: "Open connections at most; more get 503 and are closed (default 1024).")
     var maxConnections: Int?
 
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics at GET /metrics on this port (same host; 0 picks a free one).")
+    var metricsPort: Int?
+
     @Option(name: .customLong("max-token-age"), help: "Refuse (401) signed transactions signed longer ago than this many seconds (default: no limit).")
     var maxTokenAge: Double?
 
@@ -62,6 +68,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be 0...65535") }
         if let limitRate, limitRate <= 0 { throw ValidationError("--limit-rate must be positive") }
         for (name, value) in [("--header-timeout", headerTimeout), ("--idle-timeout", idleTimeout), ("--send-timeout", sendTimeout), ("--max-token-age", maxTokenAge)] {
             if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds") }
@@ -97,11 +104,16 @@ struct ServeCommand: AsyncParsableCommand {
             let accessLog = Logger(label: "courier.access") { label in
                 json ? NDJSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardOutput(label: label)
             }
-            let (gate, notifications) = try makeGate(configuration: try global.loadConfiguration(), origin: configuration)
+            // swift-metrics is bootstrapped once per process, here, with a Prometheus registry that
+            // GET /metrics reads; without --metrics-port nothing is counted.
+            let registry = metricsPort != nil ? MetricsEndpoint.bootstrapPrometheus() : nil
+            let metrics = registry != nil ? OriginMetrics() : nil
+            let (gate, notifications) = try makeGate(configuration: try global.loadConfiguration(), origin: configuration, metrics: metrics)
             let origin = ContentOrigin(
                 configuration: configuration,
                 gate: gate,
                 notifications: notifications,
+                metrics: metrics,
                 logger: logger,
                 accessLog: accessLog
             ) { boundPort in
@@ -115,9 +127,22 @@ struct ServeCommand: AsyncParsableCommand {
                     output.line("courier: serving \(contentDirectory.path) on \(url)\(self.public ? " (public, no receipt gate)" : "")")
                 }
             }
+            var services: [any Service] = [origin]
+            if let metricsPort, let registry {
+                services.append(
+                    MetricsEndpoint(registry: registry, host: host, port: metricsPort, logger: logger) { boundPort in
+                        let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(boundPort)/metrics"
+                        if json {
+                            output.emit(["event": "metrics", "host": host, "port": boundPort, "url": url])
+                        } else {
+                            output.line("courier: metrics on \(url)")
+                        }
+                    }
+                )
+            }
             let group = ServiceGroup(
                 configuration: ServiceGroupConfiguration(
-                    services: [origin],
+                    services: services,
                     gracefulShutdownSignals: [.sigterm, .sigint],
                     logger: logger
                 )
@@ -136,7 +161,8 @@ struct ServeCommand: AsyncParsableCommand {
     /// storage root), or the public gate with `--public` and no notifications.
     private func makeGate(
         configuration: CourierConfiguration,
-        origin: OriginConfiguration
+        origin: OriginConfiguration,
+        metrics: OriginMetrics?
     ) throws -> (any AccessGate, NotificationReceiver?) {
         if `public` { return (PublicAccessGate(), nil) }
         var configuration = configuration
@@ -156,7 +182,12 @@ struct ServeCommand: AsyncParsableCommand {
             clockSkew: configuration.receipts.clockSkew
         )
         let store = try OriginStateStore(directory: global.layout.root)
-        let gate = ReceiptAccessGate(verifier: verifier, revocations: store, maxTokenAge: origin.maxTokenAge)
+        let gate = ReceiptAccessGate(
+            verifier: verifier,
+            revocations: store,
+            maxTokenAge: origin.maxTokenAge,
+            cache: VerifiedTokenCache(metrics: metrics)
+        )
         return (gate, NotificationReceiver(verifier: verifier, store: store))
     }
 }

@@ -4,11 +4,46 @@ import Foundation
 /// Whether a request may have a package, and if not, why.
 public enum GateDecision: Sendable, Equatable {
     /// Serve it. `subject` names who was let in (a transaction id) for the access log.
-    case allowed(subject: String)
+    case allowed(subject: String, reason: GateReason)
     /// No credentials, or credentials that do not verify: 401.
-    case unauthorized(reason: String)
+    case unauthorized(reason: String, code: GateReason)
     /// Valid credentials that do not entitle to this package: 403.
-    case forbidden(reason: String)
+    case forbidden(reason: String, code: GateReason)
+
+    /// The reason as a short, fixed code (the `reason` label of `courier_gate_decisions_total`).
+    public var code: GateReason {
+        switch self {
+        case .allowed(_, let reason), .unauthorized(_, let reason), .forbidden(_, let reason): reason
+        }
+    }
+}
+
+/// Why the gate decided as it did: a small fixed set, fit for a metric label.
+public enum GateReason: String, Sendable, CaseIterable {
+    /// The purchase entitles to the package.
+    case entitled
+    /// `PublicAccessGate`, or a public path (`/catalog.json`) asked at `/authorize`.
+    case publicContent = "public"
+    /// 401: no `Authorization: Bearer` token.
+    case missingToken
+    /// 401: the token does not verify or proves no purchase.
+    case invalidToken
+    /// 401: the token is older than `maxTokenAge`.
+    case staleToken
+    /// 403: a valid purchase that does not entitle to the package.
+    case notEntitled
+    /// 403: the purchase was refunded or revoked (App Store Server Notification).
+    case revoked
+    /// 403 at `/authorize` (404 on a direct GET): the path is not a package the catalog lists.
+    case notInCatalog
+    /// 403 at `/authorize`: no `X-Original-URI`, or one that is not a canonical path.
+    case badTarget
+    /// 403 at `/authorize` (503 on a direct GET): no catalog is published.
+    case noCatalog
+
+    static let allowing: [GateReason] = [.entitled, .publicContent]
+    static let unauthorizing: [GateReason] = [.missingToken, .invalidToken, .staleToken]
+    static let forbidding: [GateReason] = [.notEntitled, .revoked, .notInCatalog, .badTarget, .noCatalog]
 }
 
 /// Decides whether the bearer of a request may download a package the catalog lists.
@@ -25,7 +60,7 @@ public struct PublicAccessGate: AccessGate {
     public init() {}
 
     public func authorize(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateDecision {
-        .allowed(subject: "public")
+        .allowed(subject: "public", reason: .publicContent)
     }
 }
 
@@ -52,48 +87,60 @@ public struct ReceiptAccessGate: AccessGate {
     let clock: @Sendable () -> Date
     let revocations: (any RevocationSource)?
     let maxTokenAge: TimeInterval?
+    let cache: VerifiedTokenCache?
 
     /// - Parameters:
     ///   - verifier: proves the token's purchases.
     ///   - entitlements: the content identifiers the purchases unlock in the catalog at a time.
     ///   - revocations: transactions revoked after they were signed (403 even for a token signed
-    ///     before the refund); nil when the origin receives no notifications.
+    ///     before the refund); nil when the origin receives no notifications. Asked on every
+    ///     request, cached token or not.
     ///   - maxTokenAge: seconds after its `signedDate` a token is still taken (401 with a hint to
     ///     refresh after that); nil for no limit.
+    ///   - cache: tokens already verified (only the verification is cached); nil verifies every
+    ///     request's token.
     public init(
         verifier: any BearerTokenVerifier,
         entitlements: @escaping @Sendable ([VerifiedTransaction], Catalog, Date) -> Set<String>,
         revocations: (any RevocationSource)? = nil,
         maxTokenAge: TimeInterval? = nil,
+        cache: VerifiedTokenCache? = nil,
         clock: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.verifier = verifier
         self.entitlements = entitlements
         self.revocations = revocations
         self.maxTokenAge = maxTokenAge
+        self.cache = cache
         self.clock = clock
     }
 
     public func authorize(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateDecision {
         guard let bearer, !bearer.isEmpty else {
-            return .unauthorized(reason: "a signed transaction is required (Authorization: Bearer <JWS>)")
+            return .unauthorized(reason: "a signed transaction is required (Authorization: Bearer <JWS>)", code: .missingToken)
         }
         let now = clock()
         var transactions: [VerifiedTransaction]
-        do {
-            transactions = try await verifier.transactions(proving: bearer, now: now)
-        } catch let error as CourierError {
-            return .unauthorized(reason: error.message)
-        } catch {
-            return .unauthorized(reason: "the signed transaction does not verify")
+        if let cached = cache?.transactions(for: bearer, now: now) {
+            transactions = cached
+        } else {
+            do {
+                transactions = try await verifier.transactions(proving: bearer, now: now)
+            } catch let error as CourierError {
+                return .unauthorized(reason: error.message, code: .invalidToken)
+            } catch {
+                return .unauthorized(reason: "the signed transaction does not verify", code: .invalidToken)
+            }
+            cache?.store(transactions, for: bearer, now: now, maxTokenAge: maxTokenAge)
         }
         guard let first = transactions.first else {
-            return .unauthorized(reason: "the token proves no purchase")
+            return .unauthorized(reason: "the token proves no purchase", code: .invalidToken)
         }
         if let maxTokenAge, let oldest = transactions.map(\.signedDate).min(), now.timeIntervalSince(oldest) > maxTokenAge {
             return .unauthorized(
                 reason: "the signed transaction is older than \(Int(maxTokenAge)) s; "
-                    + "present a freshly signed one (StoreKit's Transaction.latest or currentEntitlements) and retry"
+                    + "present a freshly signed one (StoreKit's Transaction.latest or currentEntitlements) and retry",
+                code: .staleToken
             )
         }
         var revokedIds: [String] = []
@@ -108,15 +155,17 @@ public struct ReceiptAccessGate: AccessGate {
             }
         }
         if entitlements(transactions, catalog, now).contains(content.contentIdentifier) {
-            return .allowed(subject: transactions.first?.transactionId ?? first.transactionId)
+            return .allowed(subject: transactions.first?.transactionId ?? first.transactionId, reason: .entitled)
         }
         if !revokedIds.isEmpty {
             return .forbidden(
-                reason: "transaction \(revokedIds.joined(separator: ", ")) was refunded or revoked (App Store Server Notification)"
+                reason: "transaction \(revokedIds.joined(separator: ", ")) was refunded or revoked (App Store Server Notification)",
+                code: .revoked
             )
         }
         return .forbidden(
-            reason: "the purchase of \(first.productId) does not entitle to \(content.contentIdentifier)"
+            reason: "the purchase of \(first.productId) does not entitle to \(content.contentIdentifier)",
+            code: .notEntitled
         )
     }
 }
@@ -141,6 +190,7 @@ extension ReceiptAccessGate {
         verifier: SignedTransactionVerifier,
         revocations: (any RevocationSource)? = nil,
         maxTokenAge: TimeInterval? = nil,
+        cache: VerifiedTokenCache? = nil,
         clock: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.init(
@@ -150,6 +200,7 @@ extension ReceiptAccessGate {
             },
             revocations: revocations,
             maxTokenAge: maxTokenAge,
+            cache: cache,
             clock: clock
         )
     }

@@ -22,16 +22,20 @@ public struct ContentOrigin: Service {
     ///     `transaction-id`; never a token.
     ///   - notifications: answers `POST /notifications` (App Store Server Notifications V2); nil
     ///     leaves that path 404.
+    ///   - metrics: where requests, bytes and gate decisions are counted; nil counts nothing.
     public init(
         configuration: OriginConfiguration,
         gate: any AccessGate,
         notifications: NotificationReceiver? = nil,
+        metrics: OriginMetrics? = nil,
         logger: Logger,
         accessLog: Logger,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) {
         self.configuration = configuration
-        let responder = OriginResponder(configuration: configuration, gate: gate, notifications: notifications, accessLog: accessLog)
+        let responder = OriginResponder(
+            configuration: configuration, gate: gate, notifications: notifications, accessLog: accessLog, metrics: metrics
+        )
         let headTimeout = configuration.requestHeadTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) }
         let idleTimeout = configuration.idleTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) }
         let limiter = configuration.maxConnections.map { ConnectionLimiter(maximum: $0) }

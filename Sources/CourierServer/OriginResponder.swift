@@ -1,5 +1,6 @@
 import Courier
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
@@ -7,8 +8,9 @@ import NIOCore
 /// Answers the origin's requests: `/health`, `/catalog.json` (ETag, 304), the packages the
 /// catalog lists (gate, then GET/HEAD with a single byte range, If-Range, If-None-Match, 416,
 /// streamed from disk) and `POST /notifications` (App Store Server Notifications V2) when the
-/// origin has a `NotificationReceiver`. Writes one access-log entry per request, after its body
-/// was sent.
+/// origin has a `NotificationReceiver`, and `/authorize` (the gate alone, for nginx's
+/// `auth_request`). Writes one access-log entry per request, after its body was sent, and counts
+/// it in `metrics`.
 struct OriginResponder: HTTPResponder {
     typealias Context = BasicRequestContext
 
@@ -17,13 +19,24 @@ struct OriginResponder: HTTPResponder {
     let gate: any AccessGate
     let notifications: NotificationReceiver?
     let accessLog: Logger
+    let metrics: OriginMetrics?
 
-    init(configuration: OriginConfiguration, gate: any AccessGate, notifications: NotificationReceiver?, accessLog: Logger) {
+    /// The header nginx's `auth_request` location sets to the original request target.
+    static let originalURI = HTTPField.Name("X-Original-URI")!
+
+    init(
+        configuration: OriginConfiguration,
+        gate: any AccessGate,
+        notifications: NotificationReceiver?,
+        accessLog: Logger,
+        metrics: OriginMetrics? = nil
+    ) {
         self.configuration = configuration
         self.catalogSource = CatalogSource(file: configuration.catalogFile)
         self.gate = gate
         self.notifications = notifications
         self.accessLog = accessLog
+        self.metrics = metrics
     }
 
     func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
@@ -35,8 +48,10 @@ struct OriginResponder: HTTPResponder {
         }
         let status = response.status.code
         let log = accessLog
+        let metrics = metrics
         guard response.body.contentLength ?? 0 > 0 else {
             entry.write(to: log, status: status, bytes: 0, started: started, failure: nil)
+            metrics?.recordResponse(status: status, bytes: 0)
             return response
         }
         // Log when the body has been handed to the connection (or failed part way).
@@ -47,8 +62,10 @@ struct OriginResponder: HTTPResponder {
             do {
                 try await body.write(CountingWriter(inner: writer, count: count))
                 finished.write(to: log, status: status, bytes: count.value, started: started, failure: nil)
+                metrics?.recordResponse(status: status, bytes: count.value)
             } catch {
                 finished.write(to: log, status: status, bytes: count.value, started: started, failure: "\(error)")
+                metrics?.recordResponse(status: status, bytes: count.value)
                 throw error
             }
         }
@@ -66,6 +83,9 @@ struct OriginResponder: HTTPResponder {
         }
         guard let path = PublishedCatalog.requestPath(request.uri.path) else {
             return Self.error(.badRequest, code: "badRequest", "the request target is not a path")
+        }
+        if path == "/authorize" {
+            return await authorizeOnly(request, entry: &entry)
         }
         if path == "/health" {
             let catalogReady = (try? catalogSource.current()) != nil
@@ -86,14 +106,14 @@ struct OriginResponder: HTTPResponder {
             return Self.error(.notFound, code: "notFound", "\(path) is not in the catalog")
         }
         entry.contentIdentifier = served.contentIdentifier
-        switch await gate.authorize(bearer: Self.bearer(request), content: served, catalog: published.catalog) {
-        case .unauthorized(let reason):
+        switch await decide(bearer: Self.bearer(request), content: served, catalog: published.catalog) {
+        case .unauthorized(let reason, _):
             var response = Self.error(.unauthorized, code: CourierError.Code.serverRejected.rawValue, reason)
             response.headers[.wwwAuthenticate] = "Bearer realm=\"courier\""
             return response
-        case .forbidden(let reason):
+        case .forbidden(let reason, _):
             return Self.error(.forbidden, code: CourierError.Code.notEntitled.rawValue, reason)
-        case .allowed(let subject):
+        case .allowed(let subject, _):
             entry.subject = subject
         }
         let filePath = configuration.contentDirectory.path + path
@@ -102,6 +122,69 @@ struct OriginResponder: HTTPResponder {
             return Self.error(.notFound, code: "notFound", "\(path) is listed but not staged")
         }
         return fileResponse(file, request: request, context: context, contentType: "application/zip")
+    }
+
+    /// Asks the gate, timing and counting its decision.
+    private func decide(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateDecision {
+        let started = ContinuousClock.now
+        let decision = await gate.authorize(bearer: bearer, content: content, catalog: catalog)
+        metrics?.recordDecision(decision, duration: ContinuousClock.now - started)
+        return decision
+    }
+
+    /// `GET /authorize`: the gate's decision about the request nginx's `auth_request` is holding,
+    /// whose target is in `X-Original-URI` and whose `Authorization` header is forwarded. 204
+    /// allowed, 401 (with `WWW-Authenticate`) no or bad token, 403 not entitled, revoked, not a
+    /// package the catalog lists, no catalog, or no canonical target; never a body (nginx would
+    /// drop it). `/catalog.json` is public: 204. The target must be a canonical absolute path
+    /// (no percent-encoding, dot segments or repeated slashes; a query is ignored), so the path
+    /// the gate judges is byte for byte the file nginx serves.
+    private func authorizeOnly(_ request: Request, entry: inout AccessEntry) async -> Response {
+        let decision: GateDecision
+        let original = request.headers[Self.originalURI]
+        entry.original = original
+        if let original, let path = Self.canonicalPath(original) {
+            if path == "/catalog.json" {
+                decision = .allowed(subject: "public", reason: .publicContent)
+            } else if let published = try? catalogSource.current() {
+                if let served = published.index[path] {
+                    entry.contentIdentifier = served.contentIdentifier
+                    decision = await decide(bearer: Self.bearer(request), content: served, catalog: published.catalog)
+                } else {
+                    decision = .forbidden(reason: "\(path) is not in the catalog", code: .notInCatalog)
+                    metrics?.recordDecision(decision, duration: .zero)
+                }
+            } else {
+                decision = .forbidden(reason: "no catalog is published", code: .noCatalog)
+                metrics?.recordDecision(decision, duration: .zero)
+            }
+        } else {
+            decision = .forbidden(reason: "X-Original-URI is missing or not a canonical path", code: .badTarget)
+            metrics?.recordDecision(decision, duration: .zero)
+        }
+        var headers = HTTPFields()
+        headers[.cacheControl] = "no-store"
+        switch decision {
+        case .allowed(let subject, _):
+            entry.subject = subject
+            return Response(status: .noContent, headers: headers)
+        case .unauthorized:
+            headers[.wwwAuthenticate] = "Bearer realm=\"courier\""
+            return Response(status: .unauthorized, headers: headers, body: ResponseBody())
+        case .forbidden:
+            return Response(status: .forbidden, headers: headers, body: ResponseBody())
+        }
+    }
+
+    /// The path of an original request target if it is canonical: absolute, and unchanged by
+    /// percent-decoding and dot-segment removal (`PublishedCatalog.requestPath`) and without
+    /// empty segments; the query, if any, is dropped. nil otherwise.
+    static func canonicalPath(_ target: String) -> String? {
+        let pathOnly = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        guard pathOnly.hasPrefix("/"), !pathOnly.contains("//"), !pathOnly.contains("%"), !pathOnly.contains("#"),
+            let path = PublishedCatalog.requestPath(pathOnly), path == pathOnly
+        else { return nil }
+        return path
     }
 
     /// `POST /notifications`: reads at most `ServerNotification.maximumBodyLength` bytes and
@@ -232,6 +315,8 @@ struct AccessEntry: Sendable {
     var range: String?
     var contentIdentifier: String?
     var subject: String?
+    /// `X-Original-URI` of an `/authorize` request.
+    var original: String?
 
     func write(to logger: Logger, status: Int, bytes: Int64, started: ContinuousClock.Instant, failure: String?) {
         let elapsed = ContinuousClock.now - started
@@ -244,6 +329,7 @@ struct AccessEntry: Sendable {
             "duration-ms": "\(String(format: "%.1f", milliseconds))",
         ]
         if let range { metadata["http.range"] = "\(range)" }
+        if let original { metadata["http.original-uri"] = "\(original)" }
         if let contentIdentifier { metadata["content-id"] = "\(contentIdentifier)" }
         if let subject { metadata["transaction-id"] = "\(subject)" }
         if let failure { metadata["error"] = "\(failure)" }

@@ -13,6 +13,14 @@ public struct ServedContent: Sendable, Equatable {
     /// The subscription item, for a subscription product's issue.
     public var itemId: String?
     public var content: Catalog.Content
+
+    public init(path: String, contentIdentifier: String, productId: String, itemId: String? = nil, content: Catalog.Content) {
+        self.path = path
+        self.contentIdentifier = contentIdentifier
+        self.productId = productId
+        self.itemId = itemId
+        self.content = content
+    }
 }
 
 /// The catalog the origin serves, as read from disk at one moment: its exact bytes (served at

@@ -84,6 +84,7 @@ final class RunningOrigin: Sendable {
         gate: any AccessGate,
         chunkSize: Int = 1 << 20,
         notifications: NotificationReceiver? = nil,
+        metrics: OriginMetrics? = nil,
         configure: (inout OriginConfiguration) -> Void = { _ in }
     ) async throws -> RunningOrigin {
         let (ports, continuation) = AsyncStream<Int>.makeStream()
@@ -95,6 +96,7 @@ final class RunningOrigin: Sendable {
             configuration: configuration,
             gate: gate,
             notifications: notifications,
+            metrics: metrics,
             logger: logger,
             accessLog: logger
         ) { port in

@@ -19,7 +19,24 @@ public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable 
 
     /// Starts nginx serving `root` (ETag, Last-Modified and byte ranges as nginx does by default).
     /// `extraLocations` is raw nginx configuration placed inside the server block.
-    public init(root: URL, extraLocations: String = "") throws {
+    public convenience init(root: URL, extraLocations: String = "") throws {
+        try self.init(root: root) { port in
+            """
+            sendfile on;
+            server {
+                listen 127.0.0.1:\(port);
+                root \(root.path);
+                \(extraLocations)
+            }
+            """
+        }
+    }
+
+    /// Starts nginx with `httpConfiguration(port)` inside its `http { }` block (for instance what
+    /// `courier origin nginx-config --listen 127.0.0.1:PORT` printed); it must listen on
+    /// 127.0.0.1:`port`. The main context (pid, logs, temp paths, one worker, access log) is
+    /// this server's; `root` is what `url(_:)` serves, for the record.
+    public init(root: URL, httpConfiguration: (Int) throws -> String) throws {
         self.root = root
         var lastError: (any Error)?
         for _ in 0..<5 {
@@ -42,13 +59,8 @@ public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable 
                     scgi_temp_path \(work.path)/scgi;
                     types { application/zip zip; application/json json; }
                     default_type application/octet-stream;
-                    sendfile on;
                     keepalive_requests 100000;
-                    server {
-                        listen 127.0.0.1:\(port);
-                        root \(root.path);
-                        \(extraLocations)
-                    }
+                    \(try httpConfiguration(port))
                 }
                 """
             let configFile = work.appending("nginx.conf")
@@ -72,6 +84,11 @@ public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable 
             work.remove()
         }
         throw lastError ?? NSError(domain: "NginxServer", code: 1)
+    }
+
+    /// nginx's error log so far (for a test's failure message).
+    public func errorLog() -> String {
+        (try? String(contentsOf: workDirectory.appending("error.log"), encoding: .utf8)) ?? ""
     }
 
     /// The URL of `path` on this server.

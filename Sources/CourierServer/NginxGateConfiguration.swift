@@ -1,0 +1,141 @@
+import Courier
+import Foundation
+
+/// The nginx configuration that puts nginx in front of `courier serve` gates (docs/origin.md,
+/// "Behind nginx"): nginx serves the staged files (sendfile, byte ranges, ETag) and, for every
+/// request but `/catalog.json`, asks one of the gates at `/authorize` first (`auth_request`),
+/// balancing over them and moving to the next on a connection error or timeout.
+///
+/// `render()` gives an `http`-context snippet (an `upstream` and a `server` block) to include in
+/// nginx's `http { }` (e.g. as `/etc/nginx/conf.d/courier.conf`); `courier origin nginx-config`
+/// prints it.
+public struct NginxGateConfiguration: Sendable, Equatable {
+    /// The folder `courier prestage` published; nginx's `root`.
+    public var contentDirectory: String
+    /// The gates, `host:port` each (`[v6]:port` for IPv6).
+    public var gates: [String]
+    /// nginx's `listen` address, `host:port` (or a port alone).
+    public var listen: String
+    /// Idle keepalive connections nginx keeps to the gates, per worker.
+    public var keepalive: Int
+    /// Seconds nginx waits to connect to a gate, and for its answer, before trying the next.
+    public var connectTimeout: Int
+    public var readTimeout: Int
+
+    /// Checks every value against what nginx's syntax and Courier's gate accept; throws
+    /// `CourierError(.usage)` naming the bad one.
+    public init(contentDirectory: String, gates: [String], listen: String, keepalive: Int = 32, connectTimeout: Int = 2, readTimeout: Int = 10) throws {
+        guard contentDirectory.hasPrefix("/") else {
+            throw CourierError(.usage, "the content folder must be an absolute path: \(contentDirectory)")
+        }
+        guard !contentDirectory.unicodeScalars.contains(where: { $0 == "\"" || $0 == "\\" || $0 == "$" || $0.value < 0x20 || $0.value == 0x7f }) else {
+            throw CourierError(.usage, "the content folder's path holds a character nginx's configuration cannot carry (\", \\, $ or a control character)")
+        }
+        guard !gates.isEmpty else {
+            throw CourierError(.usage, "at least one gate is needed", hint: "pass --gate HOST:PORT for each `courier serve` gate")
+        }
+        for gate in gates where !Self.isAddress(gate, portRequired: true) {
+            throw CourierError(.usage, "--gate \(gate) is not HOST:PORT")
+        }
+        guard Self.isAddress(listen, portRequired: false) else {
+            throw CourierError(.usage, "--listen \(listen) is not HOST:PORT or PORT")
+        }
+        guard keepalive >= 1, connectTimeout >= 1, readTimeout >= 1 else {
+            throw CourierError(.usage, "keepalive and timeouts must be at least 1")
+        }
+        self.contentDirectory = contentDirectory.count > 1 && contentDirectory.hasSuffix("/") ? String(contentDirectory.dropLast()) : contentDirectory
+        self.gates = gates
+        self.listen = listen
+        self.keepalive = keepalive
+        self.connectTimeout = connectTimeout
+        self.readTimeout = readTimeout
+    }
+
+    /// `host:port` with a port 1...65535 and a host of letters, digits, `.`, `-`, `_` (or an IPv6
+    /// address in brackets); with `portRequired` false a bare port is fine too.
+    static func isAddress(_ text: String, portRequired: Bool) -> Bool {
+        func isPort(_ value: Substring) -> Bool {
+            guard let port = Int(value), !value.hasPrefix("+"), !value.hasPrefix("-") else { return false }
+            return (1...65535).contains(port)
+        }
+        guard let colon = text.lastIndex(of: ":") else { return !portRequired && isPort(Substring(text)) }
+        let host = text[..<colon]
+        guard isPort(text[text.index(after: colon)...]), !host.isEmpty else { return false }
+        if host.hasPrefix("[") {
+            guard host.hasSuffix("]"), host.count > 2 else { return false }
+            return host.dropFirst().dropLast().allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
+        }
+        return host.allSatisfy { ($0.isASCII && ($0.isLetter || $0.isNumber)) || $0 == "." || $0 == "-" || $0 == "_" }
+    }
+
+    /// The configuration text.
+    public func render() -> String {
+        let servers = gates.map { "        server \($0) max_fails=1 fail_timeout=5s;" }.joined(separator: "\n")
+        return """
+            # nginx in front of `courier serve` gates: nginx serves the staged packages (sendfile,
+            # ranges, ETag); each request but /catalog.json is first put to a gate (auth_request
+            # /authorize: 204 serve it, 401 no or bad token, 403 not entitled or revoked).
+            # Printed by `courier origin nginx-config`; include it in nginx's http { } block.
+            upstream courier_gates {
+            \(servers)
+                keepalive \(keepalive);
+            }
+
+            server {
+                listen \(listen);
+                root "\(contentDirectory)";
+                sendfile on;
+                tcp_nopush on;
+                # One byte range per request, as `courier serve` answers (several: the whole file).
+                max_ranges 1;
+                types { application/zip zip; application/json json; }
+                default_type application/octet-stream;
+
+                # Public, as on `courier serve`: the catalog clients fetch before buying.
+                location = /catalog.json {
+                    add_header Cache-Control no-cache;
+                }
+
+                # Everything else (packages) is served only if a gate says 204.
+                location / {
+                    auth_request /authorize;
+                }
+
+                # App Store Server Notifications (refunds) and health go to a gate as they are.
+                # A notification is idempotent (its notificationUUID), so it may be retried on
+                # the next gate.
+                location = /notifications {
+                    proxy_pass http://courier_gates;
+                    proxy_http_version 1.1;
+                    proxy_set_header Connection "";
+                    client_max_body_size 256k;
+                    proxy_next_upstream error timeout non_idempotent;
+                }
+
+                location = /health {
+                    proxy_pass http://courier_gates;
+                    proxy_http_version 1.1;
+                    proxy_set_header Connection "";
+                    proxy_next_upstream error timeout;
+                }
+
+                location = /authorize {
+                    internal;
+                    proxy_pass http://courier_gates;
+                    proxy_method GET;
+                    proxy_pass_request_body off;
+                    proxy_set_header Content-Length "";
+                    proxy_set_header X-Original-URI $request_uri;
+                    proxy_set_header Authorization $http_authorization;
+                    proxy_http_version 1.1;
+                    proxy_set_header Connection "";
+                    proxy_next_upstream error timeout;
+                    proxy_connect_timeout \(connectTimeout)s;
+                    proxy_read_timeout \(readTimeout)s;
+                    proxy_send_timeout \(readTimeout)s;
+                }
+            }
+
+            """
+    }
+}

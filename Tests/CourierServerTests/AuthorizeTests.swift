@@ -1,0 +1,121 @@
+import Courier
+import CourierServer
+import CourierTestSupport
+import Foundation
+import Testing
+
+/// `GET /authorize`: the gate alone, as nginx's `auth_request` asks it; and the origin's metrics.
+@Suite("GET /authorize (nginx auth_request) and the origin's metrics")
+struct AuthorizeTests {
+    static let pack = "com.example.levels.pack1"
+    static let other = "com.example.levels.pack2"
+
+    /// An origin over two packages; the token "buyer" proves a purchase of `pack` only.
+    static func start(metrics: OriginMetrics? = nil) async throws -> (RunningOrigin, ContentFixture) {
+        var fixture = try ContentFixture()
+        try fixture.addPackage(pack, size: 5000)
+        try fixture.addPackage(other, size: 5000)
+        try fixture.publishCatalog(products: [pack, other])
+        let gate = ReceiptAccessGate(
+            verifier: TableVerifier(purchases: ["buyer": [pack]]),
+            entitlements: { transactions, _, _ in Set(transactions.map(\.productId)) },
+            cache: VerifiedTokenCache(metrics: metrics)
+        )
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: gate, metrics: metrics)
+        return (origin, fixture)
+    }
+
+    /// Asks `/authorize` about `target` (nil: no X-Original-URI) with `token` (nil: none).
+    static func ask(_ origin: RunningOrigin, _ target: String?, token: String?, method: String = "GET") async throws -> CurlExchange {
+        var arguments = method == "HEAD" ? ["-I"] : ["-X", method]
+        if let target { arguments += ["-H", "X-Original-URI: \(target)"] }
+        if let token { arguments += ["-H", "Authorization: Bearer \(token)"] }
+        return try await CurlExchange.run(origin.url("authorize"), arguments)
+    }
+
+    @Test("204 allowed, 401 no or bad token (WWW-Authenticate), 403 not entitled or not listed; never a body")
+    func decisions() async throws {
+        let (origin, fixture) = try await Self.start()
+        defer { fixture.folder.remove() }
+        let packPath = "/" + ContentFixture.path(Self.pack)
+        let cases: [(String?, String?, Int, String)] = [
+            (packPath, "buyer", 204, "entitled"),
+            (packPath + "?x=1", "buyer", 204, "a query is ignored"),
+            (packPath, nil, 401, "no token"),
+            (packPath, "forged", 401, "a token that does not verify"),
+            ("/" + ContentFixture.path(Self.other), "buyer", 403, "another product"),
+            ("/packages/unlisted.zip", "buyer", 403, "not in the catalog (404 on a direct GET)"),
+            ("/.prestage/x", "buyer", 403, "the staging area"),
+            ("/catalog.json", nil, 204, "the public catalog"),
+            (nil, "buyer", 403, "no X-Original-URI"),
+            ("packages/x.zip", "buyer", 403, "not absolute"),
+            ("/packages/../" + ContentFixture.path(Self.pack), "buyer", 403, "dot segments"),
+            ("/" + ContentFixture.path(Self.pack).replacingOccurrences(of: "levels", with: "%6cevels"), "buyer", 403, "percent-encoding"),
+            ("//" + ContentFixture.path(Self.pack), "buyer", 403, "a repeated slash"),
+        ]
+        for (target, token, status, name) in cases {
+            let answer = try await Self.ask(origin, target, token: token)
+            #expect(answer.status == status, "\(name)")
+            #expect(answer.body.isEmpty, "\(name)")
+            if status == 401 {
+                #expect(answer.headers["www-authenticate"]?.hasPrefix("Bearer") == true, "\(name)")
+            }
+        }
+        // The same decision as a direct GET of that path.
+        #expect(try await CurlExchange.run(origin.url(ContentFixture.path(Self.pack)), ["-H", "Authorization: Bearer buyer"]).status == 200)
+        #expect(try await CurlExchange.run(origin.url(ContentFixture.path(Self.other)), ["-H", "Authorization: Bearer buyer"]).status == 403)
+        // HEAD gets the same answers.
+        #expect(try await Self.ask(origin, packPath, token: "buyer", method: "HEAD").status == 204)
+        #expect(try await Self.ask(origin, packPath, token: nil, method: "HEAD").status == 401)
+        try await origin.stop()
+    }
+
+    @Test("/authorize follows a refund recorded by POST /notifications at once, with the token cached")
+    func refundReachesAuthorize() async throws {
+        let stack = try NotificationTests.Stack()
+        defer { stack.fixture.folder.remove() }
+        let store = try OriginStateStore(directory: stack.stateFolder)
+        let origin = try await RunningOrigin.start(
+            content: stack.fixture.url,
+            gate: ReceiptAccessGate(verifier: stack.verifier, revocations: store, cache: VerifiedTokenCache()),
+            notifications: NotificationReceiver(verifier: stack.verifier, store: store)
+        )
+        let token = try stack.purchase()
+        let path = "/" + ContentFixture.path(NotificationTests.pack)
+        #expect(try await Self.ask(origin, path, token: token).status == 204)
+        #expect(try await Self.ask(origin, path, token: token).status == 204)
+        let refund = try await NotificationTests.post(try stack.body("REFUND", signedDate: Date().addingTimeInterval(-60)), to: origin, in: stack.fixture.url)
+        #expect(refund.status == 200)
+        #expect(try await Self.ask(origin, path, token: token).status == 403)
+        try await origin.stop()
+    }
+
+    @Test("metrics: requests by status, bytes, gate decisions by reason, decision time, token cache hits and misses")
+    func metrics() async throws {
+        let (metrics, registry) = OriginMetrics.standalone()
+        let (origin, fixture) = try await Self.start(metrics: metrics)
+        defer { fixture.folder.remove() }
+        let packPath = "/" + ContentFixture.path(Self.pack)
+        for _ in 0..<3 { _ = try await Self.ask(origin, packPath, token: "buyer") }
+        _ = try await Self.ask(origin, packPath, token: nil)
+        _ = try await Self.ask(origin, "/packages/unlisted.zip", token: "buyer")
+        let download = try await CurlExchange.run(origin.url(ContentFixture.path(Self.pack)), ["-H", "Authorization: Bearer buyer", "-r", "0-99"])
+        #expect(download.status == 206)
+        try await origin.stop()
+        let text = registry.emitToString()
+        let lines = Set(text.split(separator: "\n").map(String.init))
+        #expect(lines.contains(#"courier_requests_total{status="204"} 3"#), "\(text)")
+        #expect(lines.contains(#"courier_requests_total{status="401"} 1"#))
+        #expect(lines.contains(#"courier_requests_total{status="403"} 1"#))
+        #expect(lines.contains(#"courier_requests_total{status="206"} 1"#))
+        #expect(lines.contains("courier_response_bytes_total 100"))
+        #expect(lines.contains(#"courier_gate_decisions_total{decision="allowed",reason="entitled"} 4"#))
+        #expect(lines.contains(#"courier_gate_decisions_total{decision="unauthorized",reason="missingToken"} 1"#))
+        #expect(lines.contains(#"courier_gate_decisions_total{decision="forbidden",reason="notInCatalog"} 1"#))
+        #expect(lines.contains("courier_gate_decision_seconds_count 6"))
+        #expect(lines.contains(#"courier_gate_decision_seconds_bucket{le="+Inf"} 6"#))
+        // The first "buyer" missed the cache and was verified; the other three were hits.
+        #expect(lines.contains("courier_token_cache_misses_total 1"))
+        #expect(lines.contains("courier_token_cache_hits_total 3"))
+    }
+}
