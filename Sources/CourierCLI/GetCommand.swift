@@ -60,7 +60,18 @@ struct GetCommand: AsyncParsableCommand {
     @Option(name: [.customShort("H"), .customLong("header")], help: "An extra request header, 'Name: value' (repeatable).")
     var headers: [String] = []
 
+    @Option(
+        name: .customLong("mirror"),
+        help: ArgumentHelp(
+            "Another URL serving the same bytes (repeatable; tried in order): a failing origin hands over, resuming.",
+            valueName: "url"))
+    var mirrors: [String] = []
+
     func validate() throws {
+        for mirror in mirrors where !Catalog.Content.isMirrorURL(mirror) {
+            throw ValidationError("--mirror must be an absolute http(s) URL, not \(mirror)")
+        }
+        if inputFile != nil && !mirrors.isEmpty { throw ValidationError("--mirror goes with one URL, not --input-file") }
         if inputFile != nil {
             guard url == nil, output == nil, sha256 == nil, length == nil else {
                 throw ValidationError("--input-file takes no URL, -o, --sha256 or --length")
@@ -164,7 +175,7 @@ struct GetCommand: AsyncParsableCommand {
         _ source: URL, to destination: URL, headers: [(String, String)], engine: TransferEngine, output: Output,
         quietResult: Bool = false
     ) async throws -> DownloadResult {
-        let request = DownloadRequest(
+        var request = DownloadRequest(
             id: destination.lastPathComponent,
             url: source,
             destination: destination,
@@ -172,6 +183,7 @@ struct GetCommand: AsyncParsableCommand {
             expectedSHA256: sha256,
             headers: headers
         )
+        request.mirrors = mirrors.compactMap(URL.init(string:))
         let store = FileResumeJournalStore(directory: destination.deletingLastPathComponent())
         let bar = ProgressBar(output: output, label: destination.lastPathComponent, file: destination.path)
         let retries = RetryReporter(output: output, file: destination.path)

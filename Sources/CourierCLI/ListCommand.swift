@@ -29,7 +29,7 @@ struct ListCommand: AsyncParsableCommand {
                 output.line(all ? "The queue is empty." : "No unfinished transactions.")
                 return
             }
-            var table = [["TRANSACTION", "DOWNLOAD", "PRODUCT", "STATE", "PROGRESS", "RATE", "ETA", "ERROR", "OWNER"]]
+            var table = [["TRANSACTION", "DOWNLOAD", "PRODUCT", "STATE", "PROGRESS", "RATE", "ETA", "ERROR", "OWNER", "SOURCE"]]
             for entry in entries { table.append(QueueFormat.row(entry)) }
             for line in QueueFormat.align(table) { output.line(line) }
         }
@@ -58,6 +58,12 @@ struct QueueListing: Encodable {
         var contentPath: String?
         var owner: Owner?
         var stalled: String?
+        /// An update: the installed version it replaces (`contentVersion` is the new one).
+        var updateFrom: String?
+        /// The URL the bytes come from (the download's own or a mirror), once known.
+        var source: String?
+        /// The catalog's mirrors of the package, tried in order after its URL.
+        var mirrors: [String]?
 
         struct ErrorLine: Encodable {
             var code: String
@@ -93,6 +99,9 @@ struct QueueListing: Encodable {
             timeRemaining = d.timeRemaining
             if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
             contentPath = d.contentURL?.path
+            updateFrom = d.updateFrom
+            source = d.source?.absoluteString
+            mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
         }
     }
 
@@ -126,11 +135,12 @@ enum QueueFormat {
     static func row(_ entry: QueueEntry) -> [String] {
         let transaction = entry.transactionId
         guard let d = entry.download else {
-            return [transaction, "-", entry.productId, entry.transactionState.rawValue, "-", "-", "-", "-", "-"]
+            return [transaction, "-", entry.productId, entry.transactionState.rawValue, "-", "-", "-", "-", "-", "-"]
         }
         var state = d.state.rawValue
         if d.state == .paused, let reason = d.pauseReason, reason != .user { state += " (\(reason.rawValue))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
+        if let from = d.updateFrom, d.state != .finished { state += " (update \(from) -> \(d.version))" }
         let active = d.state == .active
         let error = errorText(d)
         var owner = "-"
@@ -144,7 +154,17 @@ enum QueueFormat {
             active ? duration(d.timeRemaining) : "-",
             String(error.prefix(60)),
             owner,
+            sourceText(d),
         ]
+    }
+
+    /// Where a download's bytes come from: the host (and port) of its source, and which mirror
+    /// it is ("mirror 1/2") when not the download's own URL; "-" before any byte came.
+    static func sourceText(_ d: DownloadRecord) -> String {
+        guard let source = d.source else { return "-" }
+        let host = (source.host ?? "?") + (source.port.map { ":\($0)" } ?? "")
+        guard let index = d.mirrors.firstIndex(of: source), source != d.url else { return host }
+        return "\(host) (mirror \(index + 1)/\(d.mirrors.count))"
     }
 
     /// The ERROR cell: the code and message, once ("network: …", not "paused: paused: …"). A

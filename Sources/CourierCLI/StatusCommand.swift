@@ -61,6 +61,7 @@ struct StatusCommand: AsyncParsableCommand {
                 entry.transactionId, entry.transactionState.rawValue, d?.id ?? "", d?.state.rawValue ?? "",
                 d?.pauseReason?.rawValue ?? "", "\(d?.bytesReceived ?? 0)", d?.errorCode?.rawValue ?? "",
                 entry.lease.map { "\($0.owner.pid)@\($0.owner.host)" } ?? "", entry.stalled?.rawValue ?? "",
+                d?.source?.absoluteString ?? "",
             ].joined(separator: " ")
         }
     }
@@ -100,6 +101,14 @@ struct StatusCommand: AsyncParsableCommand {
             if d.state == .active {
                 output.line("    rate \(QueueFormat.bytes(Int64(d.rate)))/s  ETA \(QueueFormat.duration(d.timeRemaining))")
             }
+            if let from = d.updateFrom {
+                output.line("    update from \(from) to \(d.version)\(d.state == .finished ? " (done)" : "")")
+            }
+            if let source = d.source {
+                let which = d.mirrors.firstIndex(of: source).map { " (mirror \($0 + 1) of \(d.mirrors.count))" } ?? ""
+                output.line("    source \(source.absoluteString)\(source == d.url ? "" : which)")
+            }
+            if !d.mirrors.isEmpty { output.line("    mirrors \(d.mirrors.map(\.absoluteString).joined(separator: " "))") }
             let error = QueueFormat.errorText(d)
             if error != "-" { output.line("    error \(error)") }
             if let lease = entry.lease {

@@ -84,12 +84,32 @@ public final class CourierAgent: Service, Sendable {
         logger.info("agent stopped; active downloads are checkpointed")
     }
 
-    /// Retries what may succeed now and sends due webhooks, every `checkInterval`.
+    /// Retries what may succeed now and sends due webhooks, every `checkInterval`; checks the
+    /// configured catalog for updates at start and every `queue.catalogCheckInterval`.
     private func maintenanceLoop() async {
+        var catalog: Catalog?
+        var nextCatalogCheck = Date.distantPast
         while !Task.isCancelled {
             retryStopped()
             if let webhook = client.webhook { await webhook.deliverDue() }
+            if Date() >= nextCatalogCheck {
+                nextCatalogCheck = Date().addingTimeInterval(client.configuration.queue.catalogCheckInterval)
+                catalog = await updateIfCatalogChanged(since: catalog) ?? catalog
+            }
             try? await Task.sleep(nanoseconds: UInt64(options.checkInterval * 1e9))
+        }
+    }
+
+    /// Automatic updates (`queue.autoUpdate`, with a configured catalog): revalidates the catalog
+    /// and, when it changed since `previous` (always at start), queues the updates it brings; the
+    /// pipeline then works them like any download. Returns the catalog, nil when not checked.
+    func updateIfCatalogChanged(since previous: Catalog?) async -> Catalog? {
+        guard client.configuration.queue.autoUpdate, client.configuration.catalog != nil else { return nil }
+        do {
+            return try await client.checkForUpdates(since: previous).catalog
+        } catch {
+            logger.warning("cannot check the catalog for updates", metadata: ["error": "\(error)"])
+            return nil
         }
     }
 

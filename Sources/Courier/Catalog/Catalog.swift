@@ -88,21 +88,36 @@ public struct Catalog: Sendable, Codable, Equatable {
         public var placement: Placement
         /// Total unpacked size in bytes, when the publisher knows it (used by the space check).
         public var unpackedLength: Int64?
+        /// More absolute http(s) URLs serving the same bytes, tried in order after `url` (a failing
+        /// origin hands over to the next, resuming where it stopped). Optional: old catalogs lack it.
+        public var mirrors: [String]?
 
-        public init(url: String, sha256: String, length: Int64, version: String, placement: Placement, unpackedLength: Int64? = nil) {
+        public init(
+            url: String, sha256: String, length: Int64, version: String, placement: Placement, unpackedLength: Int64? = nil,
+            mirrors: [String]? = nil
+        ) {
             self.url = url
             self.sha256 = sha256
             self.length = length
             self.version = version
             self.placement = placement
             self.unpackedLength = unpackedLength
+            self.mirrors = mirrors
+        }
+
+        /// Whether `text` may be a mirror: an absolute http or https URL with a host, at most 4096 bytes.
+        public static func isMirrorURL(_ text: String) -> Bool {
+            guard text.utf8.count <= 4096, let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+                scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty
+            else { return false }
+            return true
         }
 
         /// The largest `length` and `unpackedLength` a catalog may give (1 PiB): sizes are added
         /// to one another and to reserves, so a catalog cannot make that arithmetic overflow.
         public static let maxLength: Int64 = 1 << 50
 
-        enum CodingKeys: String, CodingKey { case url, sha256, length, version, placement, unpackedLength }
+        enum CodingKeys: String, CodingKey { case url, sha256, length, version, placement, unpackedLength, mirrors }
 
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -112,6 +127,11 @@ public struct Catalog: Sendable, Codable, Equatable {
             version = try c.decode(String.self, forKey: .version)
             placement = try c.decode(Placement.self, forKey: .placement)
             unpackedLength = try c.decodeIfPresent(Int64.self, forKey: .unpackedLength)
+            mirrors = try c.decodeIfPresent([String].self, forKey: .mirrors)
+            for mirror in mirrors ?? [] where !Self.isMirrorURL(mirror) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .mirrors, in: c, debugDescription: "mirror \(mirror.debugDescription) is not an absolute http(s) URL")
+            }
             guard (0...Self.maxLength).contains(length) else {
                 throw DecodingError.dataCorruptedError(
                     forKey: .length, in: c, debugDescription: "length \(length) is not between 0 and \(Self.maxLength)")

@@ -36,15 +36,16 @@ public struct TransferDownloadStage: ContentDownloading {
         journal: any ResumeJournalStore,
         progress: @escaping @Sendable (DownloadProgress) -> Void
     ) async throws -> URL {
-        let request = DownloadRequest(
+        var request = DownloadRequest(
             id: download.id, url: download.url, destination: destination,
             partialFile: URL(fileURLWithPath: download.partialPath), expectedLength: download.length,
             expectedSHA256: download.sha256, headers: headers + credentials(download), additionalSpaceNeeded: download.unpackedLength ?? 0)
+        request.mirrors = download.mirrors
         let result = try await engine.download(request, journal: journal) { update in
             progress(
                 DownloadProgress(
                     bytesReceived: update.bytesReceived, totalBytes: update.totalBytes,
-                    bytesPerSecond: update.bytesPerSecond, timeRemaining: update.timeRemaining))
+                    bytesPerSecond: update.bytesPerSecond, timeRemaining: update.timeRemaining, source: update.source))
         }
         return result.file
     }
@@ -114,6 +115,6 @@ extension QueuedContent {
             contentIdentifier: entitled.contentIdentifier, productId: entitled.productId,
             transactionId: entitled.transactionId, url: url, sha256: entitled.content.sha256,
             length: entitled.content.length, version: entitled.content.version, placement: entitled.content.placement,
-            unpackedLength: entitled.content.unpackedLength)
+            unpackedLength: entitled.content.unpackedLength, mirrors: (entitled.content.mirrors ?? []).compactMap(URL.init(string:)))
     }
 }

@@ -63,6 +63,8 @@ public final class DeliveryPipeline: Sendable {
     let downloader: any ContentDownloading
     let installer: any ContentInstalling
     let notifier: (any FinishNotifying)?
+    /// Asked first for each update (a download with `updateFrom`): see `ContentUpdating`.
+    let updater: (any ContentUpdating)?
     let installPool: BlockingWorkerPool
     let downloadSlots: AsyncSemaphore
     let logger: Logger
@@ -72,12 +74,14 @@ public final class DeliveryPipeline: Sendable {
         downloader: any ContentDownloading,
         installer: any ContentInstalling,
         notifier: (any FinishNotifying)? = nil,
+        updater: (any ContentUpdating)? = nil,
         logger: Logger
     ) {
         self.queue = queue
         self.downloader = downloader
         self.installer = installer
         self.notifier = notifier
+        self.updater = updater
         self.installPool = BlockingWorkerPool(
             label: "courier.pipeline.install", width: queue.configuration.maxConcurrentInstalls)
         self.downloadSlots = AsyncSemaphore(value: queue.configuration.maxConcurrentDownloads)
@@ -228,6 +232,11 @@ public final class DeliveryPipeline: Sendable {
         let package = queue.packageFile(forDownload: record.id)
         let downloader = self.downloader
         let slots = downloadSlots
+        let report: @Sendable (DownloadProgress) -> Void = { progress in
+            if throttle.shouldReport(final: progress.totalBytes.map { progress.bytesReceived >= $0 } ?? false) {
+                queue.recordProgress(record.id, progress, length: record.length)
+            }
+        }
         let transfer: @Sendable () async throws -> URL = {
             // A package verified by an earlier run that stopped before installing it is used as is.
             if let file = try await self.installPool.run({ Self.verifiedPackage(at: package, for: record) }) {
@@ -235,22 +244,28 @@ public final class DeliveryPipeline: Sendable {
             }
             try await slots.wait()
             defer { slots.signal() }
-            return try await downloader.download(record, to: package, journal: queue.journals) { progress in
-                if throttle.shouldReport(final: progress.totalBytes.map { progress.bytesReceived >= $0 } ?? false) {
-                    queue.recordProgress(record.id, progress, length: record.length)
-                }
-            }
+            return try await downloader.download(record, to: package, journal: queue.journals, progress: report)
         }
         do {
             logger.debug("download started", metadata: ["url": "\(record.url.absoluteString)", "resume-from": "\(record.durableOffset)"])
-            let file = try await supervised(record.id, stoppable: true, transfer)
-            if let current = try queue.download(record.id), current.state == .cancelled {
-                throw CourierError(.cancelled, "cancelled")
+            // An update may come in without the whole package (already placed, or a delta).
+            var placed: URL?
+            if record.isUpdate, let updater {
+                placed = try await supervised(record.id, stoppable: true) { try await updater.update(record, progress: report) }
             }
-            let installer = self.installer
-            let installPool = self.installPool
-            let content = try await supervised(record.id, stoppable: false) {
-                try await installPool.run { try installer.install(package: file, for: record) }
+            let content: URL
+            if let placed {
+                content = placed
+            } else {
+                let file = try await supervised(record.id, stoppable: true, transfer)
+                if let current = try queue.download(record.id), current.state == .cancelled {
+                    throw CourierError(.cancelled, "cancelled")
+                }
+                let installer = self.installer
+                let installPool = self.installPool
+                content = try await supervised(record.id, stoppable: false) {
+                    try await installPool.run { try installer.install(package: file, for: record) }
+                }
             }
             // Placed, and (automatic finish) its transaction finished if this was its last
             // download: one durable commit.

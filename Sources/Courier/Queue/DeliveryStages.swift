@@ -8,12 +8,15 @@ public struct DownloadProgress: Sendable, Equatable {
     public var bytesPerSecond: Double
     /// Seconds, or nil when unknown.
     public var timeRemaining: Double?
+    /// The URL the bytes are coming from (the download's own or a mirror), when known.
+    public var source: URL?
 
-    public init(bytesReceived: Int64, totalBytes: Int64?, bytesPerSecond: Double, timeRemaining: Double?) {
+    public init(bytesReceived: Int64, totalBytes: Int64?, bytesPerSecond: Double, timeRemaining: Double?, source: URL? = nil) {
         self.bytesReceived = bytesReceived
         self.totalBytes = totalBytes
         self.bytesPerSecond = bytesPerSecond
         self.timeRemaining = timeRemaining
+        self.source = source
     }
 }
 

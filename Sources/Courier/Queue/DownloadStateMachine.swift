@@ -33,6 +33,9 @@ public struct DownloadStateMachine: Sendable, Equatable {
         case installed(contentURL: URL)
         /// The process that held the lease on an active download died or stopped its heartbeat.
         case ownerDied
+        /// The download now names other content (an update to a newer version): whatever it
+        /// held goes, and it waits for a worker. Refused while active.
+        case retarget
     }
 
     public private(set) var state: DownloadState
@@ -144,6 +147,13 @@ public struct DownloadStateMachine: Sendable, Equatable {
             return []
         case (.ownerDied, _):
             return []
+
+        case (.retarget, .active):
+            throw CourierError(.invalidState, "the download is active", hint: "pause it first, or let it finish")
+        case (.retarget, _):
+            move(to: .waiting)
+            contentURL = nil
+            return [.removePartialData]
         }
     }
 

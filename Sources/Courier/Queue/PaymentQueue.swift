@@ -90,7 +90,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                 if actions.contains(.queueDownloads) {
                     for item in items {
                         let id = DownloadRecord.makeId(transactionId: record.id, contentIdentifier: item.contentIdentifier)
-                        let download = DownloadRecord(
+                        var download = DownloadRecord(
                             id: id, transactionId: record.id, contentIdentifier: item.contentIdentifier,
                             productId: item.productId, url: item.url, sha256: item.sha256.lowercased(),
                             length: item.length, version: item.version, placement: item.placement,
@@ -99,6 +99,8 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                             errorMessage: nil, etag: nil, lastModified: nil, totalLength: nil, durableOffset: 0,
                             partialPath: self.partialFile(forDownload: id).path, contentURL: nil, createdAt: now,
                             updatedAt: now)
+                        download.mirrors = item.mirrors
+                        download.manifest = item.manifest
                         try QueueStore.insert(db, download: download)
                         downloads.append(download)
                     }

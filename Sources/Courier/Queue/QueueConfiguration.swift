@@ -24,12 +24,18 @@ public struct QueueConfiguration: Sendable, Codable, Equatable {
     public var autoFinish: Bool = true
     /// A URL that receives a POST of each finished transaction id (retried until acknowledged).
     public var finishWebhook: String?
+    /// The agent updates delivered content on its own when the configured catalog it revalidates
+    /// lists a newer version (as `courier update` does). Default true.
+    public var autoUpdate: Bool = true
+    /// Seconds between the agent's revalidations of the configured catalog (ETag, 304) for
+    /// `autoUpdate`; it also checks once at start. Default 300.
+    public var catalogCheckInterval: Double = 300
 
     public init() {}
 
     enum CodingKeys: String, CodingKey {
         case maxConcurrentDownloads, maxConcurrentInstalls, leaseDuration, heartbeatInterval
-        case progressInterval, autoFinish, finishWebhook
+        case progressInterval, autoFinish, finishWebhook, autoUpdate, catalogCheckInterval
     }
 
     public init(from decoder: any Decoder) throws {
@@ -42,6 +48,9 @@ public struct QueueConfiguration: Sendable, Codable, Equatable {
         progressInterval = try c.decode(.progressInterval, or: d.progressInterval)
         autoFinish = try c.decode(.autoFinish, or: d.autoFinish)
         finishWebhook = try c.decodeIfPresent(String.self, forKey: .finishWebhook)
+        autoUpdate = try c.decode(.autoUpdate, or: d.autoUpdate)
+        catalogCheckInterval = try c.decode(.catalogCheckInterval, or: d.catalogCheckInterval)
+        guard catalogCheckInterval > 0 else { throw CourierError(.usage, "queue: catalogCheckInterval must be positive") }
         guard maxConcurrentDownloads > 0, maxConcurrentInstalls > 0, leaseDuration > 0, heartbeatInterval > 0,
             heartbeatInterval < leaseDuration
         else {

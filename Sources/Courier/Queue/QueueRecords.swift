@@ -92,11 +92,18 @@ public struct QueuedContent: Sendable, Hashable {
     public var version: String
     public var placement: Catalog.Placement
     public var unpackedLength: Int64?
+    /// More absolute URLs serving the same bytes, tried in order after `url`.
+    public var mirrors: [URL]
+    /// The package's per-entry manifest, when the catalog names one.
+    public var manifest: ManifestReference?
 
     public init(
         contentIdentifier: String, productId: String, transactionId: String, url: URL, sha256: String,
-        length: Int64, version: String, placement: Catalog.Placement, unpackedLength: Int64? = nil
+        length: Int64, version: String, placement: Catalog.Placement, unpackedLength: Int64? = nil,
+        mirrors: [URL] = [], manifest: ManifestReference? = nil
     ) {
+        self.mirrors = mirrors
+        self.manifest = manifest
         self.contentIdentifier = contentIdentifier
         self.productId = productId
         self.transactionId = transactionId
@@ -106,6 +113,22 @@ public struct QueuedContent: Sendable, Hashable {
         self.version = version
         self.placement = placement
         self.unpackedLength = unpackedLength
+    }
+}
+
+/// Where a package's per-entry manifest is (the catalog's `manifest`, its URL resolved against
+/// the catalog's location) and what it must be: an update by changed entries reads it.
+public struct ManifestReference: Sendable, Codable, Hashable {
+    public var url: URL
+    /// Lowercase hex SHA-256 of the manifest file.
+    public var sha256: String
+    /// The manifest file's length in bytes, when the catalog says.
+    public var length: Int64?
+
+    public init(url: URL, sha256: String, length: Int64? = nil) {
+        self.url = url
+        self.sha256 = sha256
+        self.length = length
     }
 }
 
@@ -149,6 +172,18 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     public var contentURL: URL?
     public var createdAt: Date
     public var updatedAt: Date
+    /// The installed version this download replaces: set for an update (`courier update`, the
+    /// agent's automatic updates), nil for a first delivery.
+    public var updateFrom: String? = nil
+    /// More URLs serving the same bytes (the catalog's `mirrors`), tried in order after `url`.
+    public var mirrors: [URL] = []
+    /// The URL the bytes came from last (`url` or one of `mirrors`), once known.
+    public var source: URL? = nil
+    /// The catalog's per-entry manifest of the package, when it names one (a delta update's input).
+    public var manifest: ManifestReference? = nil
+
+    /// Whether this download updates installed content (see `updateFrom`).
+    public var isUpdate: Bool { updateFrom != nil }
 
     /// The error, when failed or paused for an error.
     public var error: CourierError? {

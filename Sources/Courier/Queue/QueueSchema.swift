@@ -8,7 +8,24 @@ enum QueueSchema {
     static let migrations: [(String, @Sendable (Database) throws -> Void)] = [
         ("queue.v1", createV1),
         ("agent.v1", createAgentV1),
+        ("queue.v2-updates", createUpdatesV2),
     ]
+
+    /// Updates and mirrors (issue 13): `updateFrom` is the installed version a download replaces
+    /// (NULL for a first delivery), `mirrors` a JSON array of more URLs serving the same bytes,
+    /// `source` the URL the bytes came from last (the download's own or a mirror), `manifest` the
+    /// catalog's per-entry manifest of the package as JSON (`{url, sha256, length}`, URL resolved).
+    private static func createUpdatesV2(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                ALTER TABLE downloads ADD COLUMN updateFrom TEXT;
+                ALTER TABLE downloads ADD COLUMN mirrors TEXT;
+                ALTER TABLE downloads ADD COLUMN source TEXT;
+                ALTER TABLE downloads ADD COLUMN manifest TEXT;
+                CREATE INDEX downloads_updates ON downloads (updateFrom) WHERE updateFrom IS NOT NULL;
+                """
+        )
+    }
 
     private static func createV1(_ db: Database) throws {
         try db.execute(

@@ -86,7 +86,7 @@ enum QueueStore {
         let pauseReason: String? = row["pauseReason"]
         let contentPath: String? = row["contentURL"]
         let lastProgressAt: Double? = row["lastProgressAt"]
-        return DownloadRecord(
+        var record = DownloadRecord(
             id: row["id"], transactionId: row["transactionId"], contentIdentifier: row["contentIdentifier"],
             productId: row["productId"], url: url, sha256: row["sha256"], length: row["length"],
             version: row["version"], placement: placement, unpackedLength: row["unpackedLength"], state: state,
@@ -99,6 +99,30 @@ enum QueueStore {
             contentURL: contentPath.map { URL(fileURLWithPath: $0) },
             createdAt: Date(timeIntervalSince1970: row["createdAt"]),
             updatedAt: Date(timeIntervalSince1970: row["updatedAt"]))
+        record.updateFrom = row["updateFrom"]
+        let mirrors: String? = row["mirrors"]
+        record.mirrors = mirrors.map(decodeMirrors) ?? []
+        let source: String? = row["source"]
+        record.source = source.flatMap(URL.init(string:))
+        let manifest: String? = row["manifest"]
+        record.manifest = manifest.flatMap { try? decoder.decode(ManifestReference.self, from: Data($0.utf8)) }
+        return record
+    }
+
+    /// A download's mirrors as stored (a JSON array of URL strings); unreadable ones are left out.
+    static func decodeMirrors(_ text: String) -> [URL] {
+        ((try? decoder.decode([String].self, from: Data(text.utf8))) ?? []).compactMap(URL.init(string:))
+    }
+
+    /// `mirrors` as stored: a JSON array of URL strings, or NULL for none.
+    static func encodeMirrors(_ mirrors: [URL]) -> String? {
+        guard !mirrors.isEmpty, let data = try? encoder.encode(mirrors.map(\.absoluteString)) else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func encodeManifest(_ manifest: ManifestReference?) -> String? {
+        guard let manifest, let data = try? encoder.encode(manifest) else { return nil }
+        return String(decoding: data, as: UTF8.self)
     }
 
     static func fetchDownload(_ db: Database, id: String) throws -> DownloadRecord? {
@@ -114,12 +138,26 @@ enum QueueStore {
     static func insert(_ db: Database, download d: DownloadRecord) throws {
         try db.cachedStatement(sql: """
                 INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
-                    placement, unpackedLength, state, partialPath, createdAt, updatedAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    placement, unpackedLength, state, partialPath, createdAt, updatedAt, updateFrom, mirrors, manifest)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [
                 d.id, d.transactionId, d.contentIdentifier, d.productId, d.url.absoluteString, d.sha256, d.length,
                 d.version, d.placement.rawValue, d.unpackedLength, d.state.rawValue, d.partialPath,
-                d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970,
+                d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970, d.updateFrom,
+                encodeMirrors(d.mirrors), encodeManifest(d.manifest),
+            ])
+    }
+
+    /// Points an existing download at new content (an update): what to fetch, from where, and
+    /// the version it replaces. Its state, journal and progress are the caller's to reset.
+    static func retarget(_ db: Database, download d: DownloadRecord) throws {
+        try db.cachedStatement(sql: """
+                UPDATE downloads SET url = ?, sha256 = ?, length = ?, version = ?, placement = ?, unpackedLength = ?,
+                    updateFrom = ?, mirrors = ?, manifest = ?, source = NULL, updatedAt = ?
+                WHERE id = ?
+                """).execute(arguments: [
+                d.url.absoluteString, d.sha256, d.length, d.version, d.placement.rawValue, d.unpackedLength,
+                d.updateFrom, encodeMirrors(d.mirrors), encodeManifest(d.manifest), d.updatedAt.timeIntervalSince1970, d.id,
             ])
     }
 
@@ -214,7 +252,7 @@ enum QueueStore {
                 LEFT JOIN leases l ON l.downloadId = d.id
                 WHERE (d.state = 'waiting' OR d.state = 'active'
                        OR (d.state = 'paused' AND d.pauseReason = 'interrupted'))
-                  AND t.state IN ('purchased', 'restored')
+                  AND (t.state IN ('purchased', 'restored') OR (t.state = 'finished' AND d.updateFrom IS NOT NULL))
                   AND (l.token IS NULL OR l.token != ?)
                   AND \(condition)
                 ORDER BY d.createdAt, d.id LIMIT ?
@@ -246,11 +284,12 @@ enum QueueStore {
         try db.cachedStatement(sql: """
                 UPDATE downloads SET progress = ?, rate = ?, timeRemaining = ?, updatedAt = ?,
                     lastProgressAt = CASE WHEN ? > bytesReceived THEN ? ELSE lastProgressAt END,
-                    bytesReceived = ?
+                    bytesReceived = ?, source = COALESCE(?, source)
                 WHERE id = ? AND state = 'active'
                 """).execute(arguments: [
                 fraction, progress.bytesPerSecond, progress.timeRemaining, now.timeIntervalSince1970,
-                progress.bytesReceived, now.timeIntervalSince1970, progress.bytesReceived, downloadId,
+                progress.bytesReceived, now.timeIntervalSince1970, progress.bytesReceived, progress.source?.absoluteString,
+                downloadId,
             ])
         return db.changesCount == 1
     }
@@ -288,7 +327,7 @@ enum QueueStore {
         return try Row.fetchAll(
             db.cachedStatement(sql: """
                 SELECT d.* FROM downloads d JOIN transactions t ON t.id = d.transactionId
-                WHERE d.state != 'finished' AND t.state != 'finished' AND \(condition)
+                WHERE d.state != 'finished' AND (t.state != 'finished' OR d.updateFrom IS NOT NULL) AND \(condition)
                 ORDER BY d.createdAt, d.id
                 """),
             arguments: arguments
@@ -318,7 +357,7 @@ enum QueueStore {
                 FROM transactions t
                 LEFT JOIN downloads d ON d.transactionId = t.id
                 LEFT JOIN leases l ON l.downloadId = d.id
-                \(includeFinished ? "" : "WHERE t.state != 'finished'")
+                \(includeFinished ? "" : "WHERE t.state != 'finished' OR (d.updateFrom IS NOT NULL AND d.state NOT IN ('finished', 'cancelled'))")
                 ORDER BY t.createdAt, t.id, d.createdAt, d.id
                 """))
         while let row = try rows.next() {

@@ -56,7 +56,9 @@ public struct ReceiptValidator: Sendable {
         return transactions
     }
 
-    private func validateAllowingRevocation(_ contents: Data, now: Date) async throws -> [VerifiedTransaction] {
+    /// `validate`, but a receipt whose transactions are all revoked gives them back (with their
+    /// `revocationDate`) instead of failing: what `courier update` reads a refund from.
+    public func validateAllowingRevocation(_ contents: Data, now: Date = Date()) async throws -> [VerifiedTransaction] {
         guard contents.count <= Self.maximumReceiptBytes else {
             throw ReceiptCheck.format.failure(
                 "the receipt is larger than \(Self.maximumReceiptBytes) bytes, the most accepted"

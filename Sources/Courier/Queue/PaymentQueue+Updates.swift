@@ -1,0 +1,96 @@
+import Foundation
+import GRDB
+
+extension PaymentQueue {
+    /// Queues the update of installed content to `content` (a newer version the catalog lists),
+    /// replacing `installedVersion`, as a download of the transaction that entitles it
+    /// (`content.transactionId`, which must be in the store). The transaction stays finished: an
+    /// update is not a second delivery, and finishing is never announced twice.
+    ///
+    /// The download is the transaction's own row for that content when there is one (a finished
+    /// delivery, or an earlier update), pointed at the new content; else a new row. An update
+    /// already queued for the same package is left as it is (waiting, paused or failed: it keeps
+    /// its partial data and its state). Returns the download, or nil when it is active now (a
+    /// worker has it; the next update or catalog change retargets it).
+    @discardableResult
+    public func queueUpdate(_ content: QueuedContent, replacing installedVersion: String) throws -> DownloadRecord? {
+        let id = DownloadRecord.makeId(transactionId: content.transactionId, contentIdentifier: content.contentIdentifier)
+        let (record, removeFiles) = try commit { db -> ((DownloadRecord?, Bool), [PaymentQueueEvent]) in
+            guard try QueueStore.fetchTransaction(db, id: content.transactionId) != nil else {
+                throw CourierError(.notFound, "no transaction \(content.transactionId) to update \(content.contentIdentifier) for")
+            }
+            let now = Date()
+            guard var record = try QueueStore.fetchDownload(db, id: id) else {
+                var download = DownloadRecord(
+                    id: id, transactionId: content.transactionId, contentIdentifier: content.contentIdentifier,
+                    productId: content.productId, url: content.url, sha256: content.sha256.lowercased(), length: content.length,
+                    version: content.version, placement: content.placement, unpackedLength: content.unpackedLength,
+                    state: .waiting, pauseReason: nil, progress: 0, bytesReceived: 0, rate: 0, timeRemaining: nil,
+                    lastProgressAt: nil, errorCode: nil, errorMessage: nil, etag: nil, lastModified: nil, totalLength: nil,
+                    durableOffset: 0, partialPath: self.partialFile(forDownload: id).path, contentURL: nil, createdAt: now,
+                    updatedAt: now)
+                download.updateFrom = installedVersion
+                download.mirrors = content.mirrors
+                download.manifest = content.manifest
+                try QueueStore.insert(db, download: download)
+                return ((download, false), [.updatedDownloads([download])])
+            }
+            if record.isUpdate, record.state != .finished, record.sha256 == content.sha256.lowercased() {
+                return ((record, false), [])  // already queued
+            }
+            if record.state == .active { return ((nil, false), []) }
+            var machine = DownloadStateMachine(record: record)
+            _ = try machine.handle(.retarget)
+            record.url = content.url
+            record.sha256 = content.sha256.lowercased()
+            record.length = content.length
+            record.version = content.version
+            record.placement = content.placement
+            record.unpackedLength = content.unpackedLength
+            record.updateFrom = installedVersion
+            record.mirrors = content.mirrors
+            record.manifest = content.manifest
+            record.source = nil
+            record.updatedAt = now
+            try QueueStore.retarget(db, download: record)
+            record.apply(machine, at: now)
+            try QueueStore.updateState(db, download: record)
+            // The old package's partial data is worthless now. A stale lease goes with it; a
+            // live one (a process between its claim and its work) drops the data itself.
+            var removeFiles = true
+            if let lease = try LeaseManager.lease(db, downloadId: id), lease.owner.token != self.leases.owner.token {
+                if lease.isStale(host: self.leases.owner.host) {
+                    try QueueStore.deleteLease(db, downloadId: id)
+                } else {
+                    removeFiles = false
+                }
+            }
+            try QueueStore.resetJournal(db, downloadId: id, now: now)
+            record = try QueueStore.fetchDownload(db, id: id) ?? record
+            return ((record, removeFiles), [.updatedDownloads([record])])
+        }
+        if removeFiles { removePartialData(id) }
+        return record
+    }
+
+    /// Every verified transaction in the store, finished or not (a revoked one as recorded):
+    /// what an update checks entitlements against.
+    public func verifiedTransactions() throws -> [VerifiedTransaction] {
+        try read { db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM transactions ORDER BY createdAt, id"))
+                .map { try QueueStore.transaction($0).verified }
+        }
+    }
+
+    /// The updates that are not finished (waiting, active, paused, failed), oldest first.
+    public func pendingUpdates() throws -> [DownloadRecord] {
+        try read { db in
+            try Row.fetchAll(
+                db.cachedStatement(sql: """
+                    SELECT * FROM downloads WHERE updateFrom IS NOT NULL AND state NOT IN ('finished', 'cancelled')
+                    ORDER BY createdAt, id
+                    """)
+            ).map(QueueStore.download)
+        }
+    }
+}

@@ -1,0 +1,163 @@
+import ArgumentParser
+import Courier
+import Foundation
+
+/// `courier update [--product ID]...`: brings delivered content to the catalog's newer version.
+struct UpdateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "update",
+        abstract: "Bring delivered content to the catalog's newer version.",
+        discussion: """
+            Finds delivered content whose catalog version is newer, downloads it (resumable, \
+            through mirrors, with progress) and installs it with an atomic swap: the old version \
+            stays in place until the new one is placed. Only content a stored purchase still \
+            entitles is updated (not a refunded or revoked purchase, nor an expired \
+            subscription's); --receipt adds a fresh receipt's copies of the stored purchases, so \
+            a refund it carries counts. A catalog version older than the installed one is \
+            refused (no downgrade). Run it again after any interruption: it continues.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var receiptOptions: ReceiptOptions
+
+    @Option(name: .customLong("product"), help: ArgumentHelp("Only this product's content (repeatable).", valueName: "id"))
+    var products: [String] = []
+
+    @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
+    var catalog: String?
+
+    @Option(
+        name: .customLong("receipt"),
+        help: ArgumentHelp("A fresh receipt whose copies of the stored purchases count (a refund stops an update).", valueName: "file"))
+    var receiptFile: String?
+
+    func run() async throws {
+        try await global.run { output in
+            var configuration = try global.loadConfiguration()
+            receiptOptions.apply(to: &configuration)
+            let receipt = try receiptFile.map { try ReceiptValidator.readReceipt(URL(fileURLWithPath: $0)) }
+            let client = try CourierClient(
+                configuration: configuration, layout: global.layout, logger: global.logger("courier", default: .critical))
+            defer { client.shutdown() }
+            let plan = try await client.planUpdates(.init(products: products, catalog: catalog, receipt: receipt))
+            let named = Set(products)
+            // Said, and left as they are: downgrades, refunds, content the catalog dropped.
+            let skipped = plan.skipped.filter { $0.reason != .notInCatalog || named.contains($0.productId) }
+            if !output.json { for skip in skipped { output.info("courier: \(skip.message)") } }
+            let installed = Set(plan.upToDate.map(\.productId) + plan.updates.map(\.productId) + plan.skipped.map(\.productId))
+            let missing = named.subtracting(installed).sorted()
+            if !output.json, !missing.isEmpty {
+                output.info("courier: not delivered in this store: \(missing.joined(separator: ", "))")
+            }
+
+            let queued = try client.queueUpdates(plan)
+            // Updates an earlier run left unfinished (interrupted, paused, failed) continue too.
+            let pending = try client.queue.pendingUpdates().filter { named.isEmpty || named.contains($0.productId) }
+            var ids = Set(queued.map(\.id))
+            for record in pending { ids.insert(record.id) }
+
+            let refusal = Self.refusal(skipped: skipped, missing: missing)
+            guard !ids.isEmpty else {
+                if output.json {
+                    output.emit(Self.result(updated: [], unfinished: [], plan: plan, skipped: skipped))
+                } else if plan.updates.isEmpty {
+                    let current = plan.upToDate.count
+                    output.line(
+                        "Nothing to update: "
+                            + (current == 0 ? "no delivered content has a newer version in the catalog."
+                                : current == 1 ? "\(plan.upToDate[0].contentIdentifier) \(plan.upToDate[0].version) is up to date."
+                                : "\(current) delivered contents are up to date."))
+                }
+                if let refusal { throw refusal }
+                return
+            }
+            for record in try ids.sorted().compactMap({ try client.queue.download($0) }) {
+                let from = record.updateFrom ?? "?"
+                if output.json {
+                    output.emit([
+                        "event": "update", "downloadId": record.id, "contentIdentifier": record.contentIdentifier,
+                        "fromVersion": from, "toVersion": record.version, "contentLength": record.length,
+                        "url": record.url.absoluteString,
+                    ])
+                } else {
+                    output.info("courier: updating \(record.contentIdentifier) \(from) -> \(record.version)")
+                }
+            }
+
+            let scope = DeliveryScope.downloads(ids)
+            let view = DeliveryProgressView(output: output, queue: client.queue, scope: scope)
+            let work = Task { try await client.deliver(scope: scope, retryStopped: true, observer: view) }
+            let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
+            defer { trap.cancel() }
+            let summary: DeliverySummary
+            do {
+                summary = try await work.value
+            } catch {
+                view.finish()
+                throw error
+            }
+            view.finish()
+            let updated = try summary.finishedDownloads.compactMap { try client.queue.download($0) }
+            if output.json {
+                output.emit(Self.result(updated: updated, unfinished: summary.unfinished, plan: plan, skipped: skipped))
+            } else {
+                let said = view.delivered
+                for record in updated where !said.contains(record.id) {
+                    output.line(
+                        "updated \(record.contentIdentifier) from \(record.updateFrom ?? "?") to \(record.version) at \(record.contentURL?.path ?? "?")")
+                }
+                for download in summary.unfinished {
+                    let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
+                    output.info("courier: the update of \(download.contentIdentifier) is \(download.state.rawValue)\(reason)")
+                }
+            }
+            if work.isCancelled {
+                throw CourierError(.paused, "interrupted; the updates are checkpointed", hint: "run the same command again to continue")
+            }
+            if let error = summary.firstError { throw error }
+            if let refusal { throw refusal }
+        }
+    }
+
+    /// The error a run ends with after its updates: content a purchase no longer entitles
+    /// (exit 3), else a named product that is not delivered here (exit 1); nil when neither.
+    static func refusal(skipped: [UpdatePlan.Skipped], missing: [String]) -> CourierError? {
+        let refused = skipped.filter { $0.reason == .notEntitled }
+        if !refused.isEmpty {
+            return CourierError(
+                .notEntitled, refused.map(\.message).joined(separator: "; "),
+                hint: "the installed version is kept; a purchase that entitles it again lets the next update run")
+        }
+        if !missing.isEmpty {
+            return CourierError(
+                .notFound, "not delivered in this store: \(missing.joined(separator: ", "))",
+                hint: "courier update updates delivered content; deliver a purchase first")
+        }
+        return nil
+    }
+
+    /// The `result` event of `update --json` (docs/json.md).
+    static func result(updated: [DownloadRecord], unfinished: [DownloadRecord], plan: UpdatePlan, skipped: [UpdatePlan.Skipped])
+        -> [String: Any]
+    {
+        [
+            "event": "result",
+            "updated": updated.map { record -> [String: Any] in
+                [
+                    "downloadId": record.id, "contentIdentifier": record.contentIdentifier, "fromVersion": record.updateFrom ?? NSNull(),
+                    "toVersion": record.version, "contentPath": record.contentURL?.path ?? NSNull(),
+                ]
+            },
+            "unfinished": unfinished.map {
+                ["downloadId": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any]
+            },
+            "upToDate": plan.upToDate.map { ["contentIdentifier": $0.contentIdentifier, "version": $0.version] },
+            "skipped": skipped.map { skip -> [String: Any] in
+                [
+                    "contentIdentifier": skip.contentIdentifier, "reason": skip.reason.rawValue, "message": skip.message,
+                    "installedVersion": skip.installedVersion, "catalogVersion": skip.catalogVersion ?? NSNull(),
+                ]
+            },
+        ]
+    }
+}
