@@ -35,4 +35,17 @@ static inline int courier_syncfs(int fd) {
     return (int)syscall(SYS_syncfs, fd);
 }
 
+/// `ioctl(dest_fd, FICLONE, src_fd)`: a reflink clone (shared extents, copy on write) of the
+/// whole file `src_fd` into `dest_fd`, where the filesystem supports it (Btrfs, XFS, bcachefs);
+/// elsewhere it fails (EOPNOTSUPP, EINVAL, EXDEV). `FICLONE` is a function-like macro.
+static inline int courier_ficlone(int dest_fd, int src_fd) {
+    return ioctl(dest_fd, FICLONE, src_fd);
+}
+
+/// `copy_file_range(2)`: declared by glibc only with _GNU_SOURCE, so it goes through `syscall`.
+static inline long courier_copy_file_range(int fd_in, long long *off_in, int fd_out, long long *off_out,
+                                           unsigned long len, unsigned int flags) {
+    return syscall(SYS_copy_file_range, fd_in, off_in, fd_out, off_out, len, flags);
+}
+
 #endif

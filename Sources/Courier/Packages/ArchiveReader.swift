@@ -27,7 +27,10 @@ final class ArchiveReader {
     private let previousLocale: locale_t?
     private var closed = false
 
-    init(url: URL, blockSize: Int) throws {
+    /// Opens `url`: a whole zip, read through its central directory; or, when `streamable`, the
+    /// bytes of entries from their local headers on (a delta update's fetched entry: its local
+    /// header, data and data descriptor), read front to back.
+    init(url: URL, blockSize: Int, streamable: Bool = false) throws {
         guard let handle = archive_read_new() else {
             throw CourierError(.internal, "libarchive could not allocate a reader")
         }
@@ -35,7 +38,11 @@ final class ArchiveReader {
         self.path = url.path
         locale = courier_utf8_ctype_locale()
         previousLocale = locale.map { uselocale($0) }
-        archive_read_support_format_zip_seekable(handle)
+        if streamable {
+            archive_read_support_format_zip_streamable(handle)
+        } else {
+            archive_read_support_format_zip_seekable(handle)
+        }
         if archive_read_open_filename(handle, url.path, max(blockSize, 16 << 10)) != ARCHIVE_OK {
             let error = Self.integrity(handle, "cannot read \(url.lastPathComponent) as a zip package")
             close()

@@ -1,4 +1,5 @@
 import CArchive
+import Crypto
 import Foundation
 
 #if canImport(Glibc)
@@ -17,7 +18,8 @@ public enum PackageBuilder {
     }
 
     /// Packs `directory` as product `productId` version `version` into `output` (replaced
-    /// atomically) and returns what the package is.
+    /// atomically) and returns what the package is. Its manifest (`PackageManifest`) is written
+    /// beside it, at `PackageManifest.url(besidePackage: output)`, after the package.
     public static func create(from directory: URL, productId: String, version: String, output: URL) throws -> PackageInfo {
         guard !productId.isEmpty, !version.isEmpty else {
             throw CourierError(.usage, "a package needs a product identifier and a version")
@@ -30,14 +32,20 @@ public enum PackageBuilder {
         try collect(directory, prefix: "Contents/", into: &entries)
         let temporary = output.deletingLastPathComponent()
             .appendingPathComponent(".\(output.lastPathComponent).\(getpid()).partial")
+        let digests: [String: String]
         do {
-            try write(entries: entries, info: ContentInfo(productId: productId, version: version), to: temporary)
+            digests = try write(entries: entries, info: ContentInfo(productId: productId, version: version), to: temporary)
             guard rename(temporary.path, output.path) == 0 else { throw CourierError.posix("rename", path: output.path) }
         } catch {
             unlink(temporary.path)
             throw error
         }
-        return try PackageInspector.inspect(output, limits: PackageConfiguration())
+        let manifest = try PackageManifest.build(package: output, digests: digests)
+        try manifest.write(to: PackageManifest.url(besidePackage: output))
+        return PackageInfo(
+            productId: manifest.productId, version: manifest.version, entryCount: manifest.entries.count,
+            packedSize: manifest.package.length, unpackedSize: manifest.unpackedSize, sha256: manifest.package.sha256
+        )
     }
 
     /// Appends the entries below `folder`, sorted by name (bytewise), folders before their content.
@@ -68,7 +76,9 @@ public enum PackageBuilder {
         }
     }
 
-    private static func write(entries: [(name: String, source: URL?)], info: ContentInfo, to file: URL) throws {
+    /// Writes the zip and returns the SHA-256 of each file entry (by name), hashed as it is packed.
+    private static func write(entries: [(name: String, source: URL?)], info: ContentInfo, to file: URL) throws -> [String: String] {
+        var digests: [String: String] = [:]
         guard let archive = archive_write_new() else { throw CourierError(.internal, "libarchive could not allocate a writer") }
         defer { archive_write_free(archive) }
         func check(_ status: Int32, _ what: String) throws {
@@ -106,6 +116,7 @@ public enum PackageBuilder {
         let plist = info.xml()
         try header(ContentInfo.fileName, type: EntryRules.regularFile, permissions: 0o644, size: Int64(plist.count))
         try plist.withUnsafeBytes { try data($0, ContentInfo.fileName) }
+        digests[ContentInfo.fileName] = PackageManifest.hex(SHA256.hash(data: plist))
         for (name, source) in entries {
             guard let source else {
                 try header(name, type: EntryRules.directory, permissions: 0o755, size: 0)
@@ -118,6 +129,7 @@ public enum PackageBuilder {
             guard fstat(fd, &info) == 0 else { throw CourierError.posix("stat", path: source.path) }
             try header(name, type: EntryRules.regularFile, permissions: 0o644, size: Int64(info.st_size))
             var total: Int64 = 0
+            var hasher = SHA256()
             while true {
                 let n = read(fd, buffer.baseAddress, buffer.count)
                 if n < 0 {
@@ -129,12 +141,16 @@ public enum PackageBuilder {
                 guard total <= Int64(info.st_size) else {
                     throw CourierError(.io, "\(source.path) grew while it was being packed")
                 }
-                try data(UnsafeRawBufferPointer(rebasing: buffer[0..<n]), name)
+                let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
+                hasher.update(bufferPointer: chunk)
+                try data(chunk, name)
             }
             guard total == Int64(info.st_size) else {
                 throw CourierError(.io, "\(source.path) shrank while it was being packed")
             }
+            digests[name] = PackageManifest.hex(hasher.finalize())
         }
         try check(archive_write_close(archive), "close")
+        return digests
     }
 }

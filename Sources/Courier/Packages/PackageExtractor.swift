@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 #if canImport(Glibc)
@@ -53,6 +54,22 @@ public struct PackageExtractor: Sendable {
         verifiedSHA256: String?,
         preflight: PackagePreflight?
     ) throws -> PackageInfo {
+        try extractRecording(
+            package, into: staging, expectedProductId: expectedProductId, expectedVersion: expectedVersion,
+            verifiedSHA256: verifiedSHA256, preflight: preflight
+        ).info
+    }
+
+    /// `extract`, also returning each regular file written with its size and SHA-256, hashed as
+    /// it was written (the record an update compares with a manifest).
+    func extractRecording(
+        _ package: URL,
+        into staging: URL,
+        expectedProductId: String,
+        expectedVersion: String?,
+        verifiedSHA256: String?,
+        preflight: PackagePreflight?
+    ) throws -> (info: PackageInfo, files: [ExtractedFile]) {
         let preflight = try preflight ?? PackageInspector.preflight(package, limits: configuration)
         try preflight.info.check(expectedProductId: expectedProductId, expectedVersion: expectedVersion)
         let directory = preflight.directory
@@ -72,7 +89,7 @@ public struct PackageExtractor: Sendable {
             )
             let outcome = try extraction.run()
             try outcome.info.check(expectedProductId: expectedProductId, expectedVersion: expectedVersion)
-            return PackageInfo(
+            let info = PackageInfo(
                 productId: outcome.info.productId,
                 version: outcome.info.version,
                 entryCount: outcome.entryCount,
@@ -80,11 +97,27 @@ public struct PackageExtractor: Sendable {
                 unpackedSize: outcome.unpackedSize,
                 sha256: try hasher?.wait() ?? verifiedSHA256 ?? ""
             )
+            return (info, outcome.files)
         } catch {
             hasher?.cancel()
             try? FileManager.default.removeItem(at: staging)
             throw error
         }
+    }
+}
+
+/// A regular file an extraction wrote: its path below the content folder (components joined
+/// by `/`), size and SHA-256 (nil when the archive gave its data with holes, which is not
+/// hashed in one pass).
+package struct ExtractedFile: Sendable, Equatable {
+    package var path: String
+    package var size: Int64
+    package var sha256: String?
+
+    package init(path: String, size: Int64, sha256: String?) {
+        self.path = path
+        self.size = size
+        self.sha256 = sha256
     }
 }
 
@@ -94,6 +127,7 @@ private final class Extraction {
         var info: ContentInfo
         var entryCount: Int
         var unpackedSize: Int64
+        var files: [ExtractedFile]
     }
 
     let package: URL
@@ -104,6 +138,7 @@ private final class Extraction {
     let totalLimit: Int64
     var written: Int64 = 0
     var entryCount = 0
+    var files: [ExtractedFile] = []
     var info: ContentInfo?
     var links: [[String]: String] = [:]
     var folderTimes: [([String], timespec)] = []
@@ -149,7 +184,7 @@ private final class Extraction {
         guard let info else {
             throw EntryRules.hostile("the package has no ContentInfo.plist at its root")
         }
-        return Outcome(info: info, entryCount: entryCount, unpackedSize: written)
+        return Outcome(info: info, entryCount: entryCount, unpackedSize: written, files: files)
     }
 
     private func place(_ entry: ArchiveReader.Entry) throws {
@@ -191,8 +226,12 @@ private final class Extraction {
                 let data = try reader.readAll(limit: configuration.maxInfoPlistSize, name: ContentInfo.fileName)
                 try write(fd, data: data, name: name)
                 info = try ContentInfo.parse(data)
+                files.append(
+                    ExtractedFile(
+                        path: ContentInfo.fileName, size: Int64(data.count), sha256: PackageManifest.hex(SHA256.hash(data: data))))
             } else {
-                try stream(into: fd, name: name, declaredSize: entry.size)
+                let (size, digest) = try stream(into: fd, name: name, declaredSize: entry.size)
+                files.append(ExtractedFile(path: components.joined(separator: "/"), size: size, sha256: digest))
             }
             if let mtime = entry.mtime {
                 var times = [mtime, mtime]
@@ -201,8 +240,13 @@ private final class Extraction {
         }
     }
 
-    /// Copies the current entry's data into `fd`, bounded by its declared size and the total.
-    private func stream(into fd: Int32, name: String, declaredSize: Int64?) throws {
+    /// Copies the current entry's data into `fd`, bounded by its declared size and the total,
+    /// hashing it on the way; returns its size and SHA-256 (nil if the data came with holes).
+    private func stream(into fd: Int32, name: String, declaredSize: Int64?) throws -> (Int64, String?) {
+        var hasher = SHA256()
+        var hashed: Int64 = 0
+        var contiguous = true
+        var size: Int64 = 0
         try reader.readData { offset, bytes in
             let (end, endOverflow) = offset.addingReportingOverflow(Int64(bytes.count))
             if offset < 0 || endOverflow || declaredSize.map({ end > $0 }) == true {
@@ -213,6 +257,13 @@ private final class Extraction {
             guard !totalOverflow, written <= totalLimit else {
                 throw EntryRules.hostile("the package unpacks to more than its declared size or the limit of \(configuration.maxUnpackedSize) bytes")
             }
+            if contiguous && offset == hashed {
+                hasher.update(bufferPointer: bytes)
+                hashed = end
+            } else {
+                contiguous = false
+            }
+            size = max(size, end)
             var done = 0
             while done < bytes.count {
                 let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
@@ -223,6 +274,7 @@ private final class Extraction {
                 done += n
             }
         }
+        return (size, contiguous && hashed == size ? PackageManifest.hex(hasher.finalize()) : nil)
     }
 
     private func write(_ fd: Int32, data: Data, name: String) throws {

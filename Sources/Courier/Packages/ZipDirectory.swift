@@ -27,6 +27,8 @@ package struct ZipDirectory: Sendable {
         var versionMadeBy: UInt16
         var flags: UInt16
         var method: UInt16
+        /// The CRC-32 of the unpacked data, as the central record declares it.
+        var crc32: UInt32 = 0
         var compressedSize: UInt64
         var uncompressedSize: UInt64
         var localHeaderOffset: UInt64
@@ -152,6 +154,7 @@ package struct ZipDirectory: Sendable {
                 versionMadeBy: directory.u16(position + 4),
                 flags: directory.u16(position + 8),
                 method: directory.u16(position + 10),
+                crc32: directory.u32(position + 16),
                 compressedSize: UInt64(directory.u32(position + 20)),
                 uncompressedSize: UInt64(directory.u32(position + 24)),
                 localHeaderOffset: UInt64(directory.u32(position + 42)),

@@ -123,13 +123,72 @@ public final class ContentPlacer: Sendable {
 
         logger.debug("extracting", metadata: ["package": "\(package.path)", "staging": "\(staging.path)"])
         let extractor = PackageExtractor(configuration: packages)
-        let info = try extractor.extract(
+        let (info, files) = try extractor.extractRecording(
             package, into: staging, expectedProductId: productId, expectedVersion: version, verifiedSHA256: verifiedSHA256,
             preflight: preflight
         )
         if let existing, !force {
             try refuseDowngrade(existing: existing, to: info.version)
         }
+        return try place(
+            staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
+            existing: existing, target: target, logger: logger
+        )
+    }
+
+    /// Places content that `build` makes in a fresh staging folder (the delta update's path):
+    /// the same lock, space check, backup mark, intent, atomic swap and records as `install`,
+    /// with the old version kept until the new one is in place. A downgrade is refused.
+    ///
+    /// `build` receives the empty staging folder (on the destination's filesystem) and returns
+    /// what it placed there; if it throws, the folder is removed and nothing changes. Blocking.
+    package func installBuilt(
+        contentIdentifier: String,
+        productId: String,
+        version: String,
+        placement target: Catalog.Placement,
+        unpackedSize: Int64,
+        fingerprint: String,
+        build: (URL) throws -> (info: PackageInfo, files: [ExtractedFile])
+    ) throws -> DeliveredContent {
+        try Self.checkIdentifier(contentIdentifier)
+        var logger = self.logger
+        logger[metadataKey: "content-id"] = "\(contentIdentifier)"
+        try layout.prepare()
+        let existing = try record(contentIdentifier)
+        if let existing { try refuseDowngrade(existing: existing, to: version) }
+        let stagingRoot = stagingFolder(target)
+        try makeFolder(stagingRoot)
+        let id = UUID().uuidString.lowercased()
+        let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
+        defer { lock.release(removing: true) }
+        try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
+        defer { endAttempt(contentIdentifier, lockId: id) }
+        try ensureSpace(bytes: unpackedSize, inUse: [contentIdentifier])
+        let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
+        let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
+        defer {
+            removeTree(staging)
+            removeTree(previous)
+        }
+        guard mkdir(staging.path, 0o755) == 0 else { throw CourierError.posix("mkdir", path: staging.path) }
+        logger.debug("building in staging", metadata: ["staging": "\(staging.path)"])
+        let (info, files) = try build(staging)
+        guard info.productId == productId, info.version == version else {
+            throw CourierError(.integrity, "the built content is \(info.productId) \(info.version), not \(productId) \(version)")
+        }
+        return try place(
+            staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
+            existing: existing, target: target, logger: logger
+        )
+    }
+
+    /// The rest of an install once `staging` holds the new version: backup mark, sync, the
+    /// intent and file records, the atomic swap, the commit.
+    private func place(
+        staging: URL, previous: URL, id: String, contentIdentifier: String, info: PackageInfo, files: [ExtractedFile],
+        existing: DeliveredContent?, target: Catalog.Placement, logger: Logger
+    ) throws -> DeliveredContent {
         if target == .documents {
             let support = BackupExclusion.mark(staging)
             if !support.isSupported {
@@ -143,6 +202,8 @@ public final class ContentPlacer: Sendable {
 
         var status = stat()
         guard lstat(staging.path, &status) == 0 else { throw CourierError.posix("stat", path: staging.path) }
+        // Each file's identity as it will stay once in place (renaming the folder changes none of it).
+        let records = try fileRecords(files, in: staging, installId: id, contentIdentifier: contentIdentifier)
         let now = Date()
         let intent = ContentInstallation(
             id: id,
@@ -157,7 +218,10 @@ public final class ContentPlacer: Sendable {
             stagingInode: Int64(status.st_ino),
             createdAt: now
         )
-        try write { db in try intent.insert(db) }
+        try write { db in
+            try intent.insert(db)
+            for record in records { try record.insert(db) }
+        }
 
         let destination = contentURL(contentIdentifier, placement: target)
         do {
@@ -172,12 +236,51 @@ public final class ContentPlacer: Sendable {
                 try AtomicRename.renameNoReplace(staging, destination)
             }
         } catch {
-            try? write { db in _ = try ContentInstallation.deleteOne(db, key: id) }
+            try? write { db in
+                _ = try ContentInstallation.deleteOne(db, key: id)
+                _ = try InstalledFile.filter(Column("installId") == id).deleteAll(db)
+            }
             throw error
         }
         let delivered = try commit(intent, installedAt: now)
         logger.debug("installed", metadata: ["version": "\(info.version)", "path": "\(destination.path)"])
         return delivered
+    }
+
+    /// The records of `files` below `staging`: their SHA-256 as written and their `lstat` now.
+    private func fileRecords(_ files: [ExtractedFile], in staging: URL, installId: String, contentIdentifier: String) throws
+        -> [InstalledFile]
+    {
+        let root = open(staging.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard root >= 0 else { throw CourierError.posix("open", path: staging.path) }
+        defer { close(root) }
+        return try files.map { file in
+            var status = stat()
+            guard fstatat(root, file.path, &status, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw CourierError.posix("stat", path: "\(staging.path)/\(file.path)")
+            }
+            return InstalledFile(
+                installId: installId, contentIdentifier: contentIdentifier, path: file.path, size: Int64(status.st_size),
+                sha256: Int64(status.st_size) == file.size ? file.sha256 : nil, device: Int64(status.st_dev),
+                inode: Int64(status.st_ino), mtimeNanoseconds: InstalledFile.nanoseconds(status.st_mtim),
+                ctimeNanoseconds: InstalledFile.nanoseconds(status.st_ctim)
+            )
+        }
+    }
+
+    /// The files of delivered content `contentIdentifier` as its current install placed them
+    /// (none for content installed before per-file records existed).
+    package func installedFiles(_ contentIdentifier: String) throws -> [InstalledFile] {
+        do {
+            return try store.pool.read { db in
+                let inFlight = try String.fetchAll(db, sql: "SELECT id FROM content_installation")
+                return try InstalledFile.filter(Column("contentIdentifier") == contentIdentifier)
+                    .filter(!inFlight.contains(Column("installId")))
+                    .order(Column("path")).fetchAll(db)
+            }
+        } catch {
+            throw CourierError(.io, "cannot read delivered files from the store", cause: "\(error)")
+        }
     }
 
     /// Records an install whose folder is in place, and removes a copy left in the other placement.
@@ -200,6 +303,8 @@ public final class ContentPlacer: Sendable {
         try write { db in
             try delivered.save(db)
             _ = try ContentInstallation.deleteOne(db, key: intent.id)
+            _ = try InstalledFile.filter(Column("contentIdentifier") == intent.contentIdentifier && Column("installId") != intent.id)
+                .deleteAll(db)
         }
         return delivered
     }
@@ -305,7 +410,10 @@ public final class ContentPlacer: Sendable {
                 if access(destination.path, F_OK) != 0 && access(previous.path, F_OK) == 0 {
                     try AtomicRename.renameNoReplace(previous, destination)
                 }
-                try write { db in _ = try ContentInstallation.deleteOne(db, key: intent.id) }
+                try write { db in
+                    _ = try ContentInstallation.deleteOne(db, key: intent.id)
+                    _ = try InstalledFile.filter(Column("installId") == intent.id).deleteAll(db)
+                }
             }
         }
         for placement in Catalog.Placement.allCases {
@@ -373,7 +481,10 @@ public final class ContentPlacer: Sendable {
             throw CourierError(.notFound, "no delivered content \(contentIdentifier.debugDescription)")
         }
         try discard(contentURL(contentIdentifier, placement: delivered.placement), placement: delivered.placement)
-        try write { db in _ = try DeliveredContent.deleteOne(db, key: contentIdentifier) }
+        try write { db in
+            _ = try DeliveredContent.deleteOne(db, key: contentIdentifier)
+            _ = try InstalledFile.filter(Column("contentIdentifier") == contentIdentifier).deleteAll(db)
+        }
     }
 
     /// Moves `url` into staging (an atomic disappearance) and removes it.

@@ -7,6 +7,11 @@ import GRDB
 /// is renamed into place; `ContentPlacer.recover()` finishes or rolls back each one it finds.
 /// `content_install_attempt`: an install from before its package is read until it ends; one that
 /// outlives its process counts an interrupted install (`ContentPlacer.beginAttempt`).
+/// `content_file` (v3): each regular file an install placed, with the SHA-256 hashed as it was
+/// written and the `stat` identity it had once in place (device, inode, size, mtime, ctime), so
+/// an update can reuse unchanged files and distrust one changed on disk. Rows belong to an
+/// install (`installId`): those of an install in flight are ignored until it commits, which
+/// removes the rows of the version it replaced.
 enum ContentSchema {
     static let migrations: [(String, @Sendable (Database) throws -> Void)] = [
         (
@@ -56,6 +61,30 @@ enum ContentSchema {
                             interruptions INTEGER NOT NULL,
                             startedAt DATETIME NOT NULL
                         );
+                        """
+                )
+            }
+        ),
+        (
+            // Additive: installs before it have no file rows, and an update of such content
+            // fetches every entry (or the whole package).
+            "content.v3",
+            { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE content_file (
+                            installId TEXT NOT NULL,
+                            contentIdentifier TEXT NOT NULL,
+                            path TEXT NOT NULL,
+                            size INTEGER NOT NULL,
+                            sha256 TEXT,
+                            device INTEGER NOT NULL,
+                            inode INTEGER NOT NULL,
+                            mtimeNanoseconds INTEGER NOT NULL,
+                            ctimeNanoseconds INTEGER NOT NULL,
+                            PRIMARY KEY (installId, path)
+                        );
+                        CREATE INDEX content_file_content ON content_file (contentIdentifier);
                         """
                 )
             }

@@ -1,6 +1,10 @@
 import Foundation
 import GRDB
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Content that has been delivered and placed: StoreKit's `contentURL` and its bookkeeping.
 public struct DeliveredContent: Sendable, Codable, Equatable {
     /// The folder name under Caches/ or Documents/: the product id, or `<productId>.<itemId>`.
@@ -73,6 +77,37 @@ struct ContentInstallAttempt: Codable, Sendable, FetchableRecord, PersistableRec
     /// Attempts before this one, in a row, that a crash or a kill interrupted.
     var interruptions: Int
     var startedAt: Date
+}
+
+/// A regular file of delivered content as its install placed it (table `content_file`).
+package struct InstalledFile: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+    package static let databaseTableName = "content_file"
+    /// The install that placed it (`ContentInstallation.id`).
+    package var installId: String
+    package var contentIdentifier: String
+    /// Below the content folder, `/`-separated (e.g. `Contents/level1.dat`).
+    package var path: String
+    package var size: Int64
+    /// Lowercase hex SHA-256 of its bytes as written; nil when it could not be hashed in one pass.
+    package var sha256: String?
+    package var device: Int64
+    package var inode: Int64
+    package var mtimeNanoseconds: Int64
+    package var ctimeNanoseconds: Int64
+
+    /// Whether `status` (an `lstat` of the file now) is the file as it was placed: a regular file
+    /// with the same device, inode, size, modification and change times. Any write, truncation,
+    /// replacement or `touch` changes one of them (the change time cannot be set back).
+    package func isUnchanged(_ status: stat) -> Bool {
+        status.st_mode & S_IFMT == S_IFREG && Int64(status.st_dev) == device && Int64(status.st_ino) == inode
+            && Int64(status.st_size) == size && Self.nanoseconds(status.st_mtim) == mtimeNanoseconds
+            && Self.nanoseconds(status.st_ctim) == ctimeNanoseconds
+    }
+
+    static func nanoseconds(_ time: timespec) -> Int64 {
+        let (scaled, overflow) = Int64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? .max : scaled &+ Int64(time.tv_nsec)
+    }
 }
 
 /// Orders `ContentVersion` strings: dot- or dash-separated parts, numerically where both parts
