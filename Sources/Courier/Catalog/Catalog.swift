@@ -91,10 +91,13 @@ public struct Catalog: Sendable, Codable, Equatable {
         /// More absolute http(s) URLs serving the same bytes, tried in order after `url` (a failing
         /// origin hands over to the next, resuming where it stopped). Optional: old catalogs lack it.
         public var mirrors: [String]?
+        /// The package's per-entry manifest (`PackageManifest`), when the publisher gives one: an
+        /// update then fetches only the entries that changed. Optional: old catalogs lack it.
+        public var manifest: Manifest?
 
         public init(
             url: String, sha256: String, length: Int64, version: String, placement: Placement, unpackedLength: Int64? = nil,
-            mirrors: [String]? = nil
+            mirrors: [String]? = nil, manifest: Manifest? = nil
         ) {
             self.url = url
             self.sha256 = sha256
@@ -103,6 +106,7 @@ public struct Catalog: Sendable, Codable, Equatable {
             self.placement = placement
             self.unpackedLength = unpackedLength
             self.mirrors = mirrors
+            self.manifest = manifest
         }
 
         /// Whether `text` may be a mirror: an absolute http or https URL with a host, at most 4096 bytes.
@@ -117,7 +121,7 @@ public struct Catalog: Sendable, Codable, Equatable {
         /// to one another and to reserves, so a catalog cannot make that arithmetic overflow.
         public static let maxLength: Int64 = 1 << 50
 
-        enum CodingKeys: String, CodingKey { case url, sha256, length, version, placement, unpackedLength, mirrors }
+        enum CodingKeys: String, CodingKey { case url, sha256, length, version, placement, unpackedLength, mirrors, manifest }
 
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -128,6 +132,7 @@ public struct Catalog: Sendable, Codable, Equatable {
             placement = try c.decode(Placement.self, forKey: .placement)
             unpackedLength = try c.decodeIfPresent(Int64.self, forKey: .unpackedLength)
             mirrors = try c.decodeIfPresent([String].self, forKey: .mirrors)
+            manifest = try c.decodeIfPresent(Manifest.self, forKey: .manifest)
             for mirror in mirrors ?? [] where !Self.isMirrorURL(mirror) {
                 throw DecodingError.dataCorruptedError(
                     forKey: .mirrors, in: c, debugDescription: "mirror \(mirror.debugDescription) is not an absolute http(s) URL")
@@ -140,6 +145,35 @@ public struct Catalog: Sendable, Codable, Equatable {
                 throw DecodingError.dataCorruptedError(
                     forKey: .unpackedLength, in: c,
                     debugDescription: "unpackedLength \(unpackedLength) is not between 0 and \(Self.maxLength)")
+            }
+        }
+    }
+
+    /// Where a package's manifest is and what it must be: `{ "url", "sha256", "length" }`, the
+    /// URL absolute or relative to the catalog's, like a package's.
+    public struct Manifest: Sendable, Codable, Hashable {
+        public var url: String
+        /// Lowercase hex SHA-256 of the manifest file.
+        public var sha256: String
+        /// The manifest file's length in bytes (at most `PackageManifest.maxDocumentSize`).
+        public var length: Int64
+
+        public init(url: String, sha256: String, length: Int64) {
+            self.url = url
+            self.sha256 = sha256
+            self.length = length
+        }
+
+        enum CodingKeys: String, CodingKey { case url, sha256, length }
+
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            url = try c.decode(String.self, forKey: .url)
+            sha256 = try c.decode(String.self, forKey: .sha256)
+            length = try c.decode(Int64.self, forKey: .length)
+            guard (0...Int64(PackageManifest.maxDocumentSize)).contains(length) else {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .length, in: c, debugDescription: "manifest length \(length) is not between 0 and \(PackageManifest.maxDocumentSize)")
             }
         }
     }

@@ -26,6 +26,12 @@ public protocol StagingTree: Sendable {
     func removeUnlisted(by catalog: Catalog, grace: TimeInterval) throws -> [String]
     /// A local folder for partial downloads and their journals, kept between runs (resume).
     var workDirectory: URL { get }
+    /// The bytes of a small published file (a package's manifest), or nil when there is none.
+    func publishedFile(at path: String) throws -> Data?
+}
+
+extension StagingTree {
+    public func publishedFile(at path: String) throws -> Data? { nil }
 }
 
 /// A staging tree in a local folder, the one `courier serve --content DIR` serves:
@@ -94,8 +100,13 @@ public struct LocalStagingTree: StagingTree {
         try Durable.fsyncDirectory(root)
     }
 
+    public func publishedFile(at path: String) throws -> Data? {
+        let file = try resolve(path)
+        return FileManager.default.fileExists(atPath: file.path) ? try? Data(contentsOf: file) : nil
+    }
+
     public func removeUnlisted(by catalog: Catalog, grace: TimeInterval) throws -> [String] {
-        let listed = Set(catalog.allContent.map(\.content.url))
+        let listed = Set(catalog.allContent.flatMap { [$0.content.url] + ($0.content.manifest.map { [$0.url] } ?? []) })
         let packages = root.appendingPathComponent("packages", isDirectory: true)
         var removed: [String] = []
         let fileManager = FileManager.default

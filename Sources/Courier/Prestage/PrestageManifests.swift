@@ -1,0 +1,54 @@
+import Crypto
+import Foundation
+
+/// The manifests `courier prestage` publishes beside the packages it stages, and the catalog's
+/// `manifest` field that names them (docs/packages.md, "Manifest").
+///
+/// A staged package `packages/<id>/<sha256>.zip` gets `packages/<id>/<sha256>.manifest.json`,
+/// built from the verified package itself (the upstream need not publish one), so clients can
+/// update by changed entries. A package whose manifest cannot be built is still staged, without one.
+enum PrestageManifests {
+    /// Where the manifest of the package staged at `packagePath` is published.
+    static func path(besidePackage packagePath: String) -> String {
+        let base = packagePath.hasSuffix(".zip") ? String(packagePath.dropLast(4)) : packagePath
+        return base + ".manifest.json"
+    }
+
+    /// Builds the manifest of the verified package `file` and publishes it beside `packagePath`.
+    /// Returns false (nothing published) when the package has no manifest form (a symbolic link).
+    @discardableResult
+    static func publish(for file: URL, packagePath: String, in tree: any StagingTree, limits: PackageConfiguration) throws -> Bool {
+        let manifest: PackageManifest
+        do {
+            manifest = try PackageManifest.build(package: file, limits: limits)
+        } catch {
+            return false
+        }
+        let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json")
+        try manifest.write(to: local)
+        try tree.publishPackage(local, at: path(besidePackage: packagePath))
+        return true
+    }
+
+    /// `catalog` with each content's `manifest` naming the manifest published beside its package
+    /// (its digest and length read from the tree); content without one is left as it is.
+    static func attach(to catalog: Catalog, tree: any StagingTree) -> Catalog {
+        func link(_ content: Catalog.Content) -> Catalog.Content {
+            guard content.url.hasSuffix(".zip"), !content.url.contains("://") else { return content }
+            let path = path(besidePackage: content.url)
+            guard let data = try? tree.publishedFile(at: path), data.count <= PackageManifest.maxDocumentSize else { return content }
+            var result = content
+            result.manifest = Catalog.Manifest(
+                url: path, sha256: PackageManifest.hex(SHA256.hash(data: data)), length: Int64(data.count))
+            return result
+        }
+        var result = catalog
+        for index in result.products.indices {
+            result.products[index].content = result.products[index].content.map(link)
+            if let items = result.products[index].items {
+                result.products[index].items = items.map { Catalog.Item(itemId: $0.itemId, publishedAt: $0.publishedAt, content: link($0.content)) }
+            }
+        }
+        return result
+    }
+}
