@@ -69,26 +69,10 @@ extension CourierClient {
     /// terminal, NDJSON events with --json), pausing on SIGINT/SIGTERM (exit 7). Downloads that
     /// stopped for a retryable reason are resumed first when `retryStopped`.
     func deliver(scope: DeliveryScope, output: Output, retryStopped: Bool) async throws {
-        // Downloads another live process works now: said at once, and waited for (their result
-        // is printed with ours), instead of a blank screen until they are done.
         let before = try queue.entries(includeFinished: true).filter { entry in
             scope.contains(downloadId: entry.download?.id, transactionId: entry.transactionId)
         }
         let finishedBefore = Set(before.compactMap { $0.download?.state == .finished ? $0.download?.id : nil })
-        let elsewhere = before.filter { entry in
-            guard let lease = entry.lease, entry.ownerAlive == true, entry.download?.state == .active else { return false }
-            return lease.owner.pid != getpid() || lease.owner.host != LeaseOwner.hostName()
-        }
-        if !elsewhere.isEmpty {
-            let owners = Set(elsewhere.compactMap { $0.lease.map { "\($0.owner.pid)@\($0.owner.host)" } }).sorted()
-            let names = elsewhere.compactMap { $0.download?.contentIdentifier }
-            if output.json {
-                output.emit(["event": "waitingForOwner", "owners": owners, "downloads": elsewhere.compactMap { $0.download?.id }])
-            } else {
-                output.info(
-                    "courier: another process (\(owners.joined(separator: ", "))) is delivering \(names.joined(separator: ", ")); waiting for it to finish")
-            }
-        }
         let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
         let work = Task { try await deliver(scope: scope, retryStopped: retryStopped, observer: view) }
         let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }

@@ -64,6 +64,17 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
         emit(transactions)
     }
 
+    /// Another process works `downloads`: said at once; the client then follows its progress.
+    func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner) {
+        let name = "\(owner.pid)@\(owner.host)"
+        if output.json {
+            output.emit(["event": "waitingForOwner", "owners": [name], "downloads": downloads.map(\.id)])
+        } else {
+            let names = downloads.map(\.contentIdentifier).joined(separator: ", ")
+            output.info("courier: another process (\(name)) is delivering \(names); waiting for it to finish")
+        }
+    }
+
     private func emit(_ transactions: [TransactionRecord]) {
         guard output.json else { return }
         for record in transactions {
@@ -81,12 +92,17 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
             if let remaining = record.timeRemaining { event["timeRemaining"] = remaining }
             if let code = record.errorCode { event["error"] = ["code": code.rawValue, "message": record.errorMessage ?? ""] }
             if let url = record.contentURL { event["contentPath"] = url.path }
+            if let from = record.updateFrom { event["fromVersion"] = from }
             output.emit(event)
             return
         }
         // Said when it happens, on a terminal or not.
         if record.state == .finished, let url = record.contentURL, lock.withLock({ announced.insert(record.id).inserted }) {
-            output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)")
+            if let from = record.updateFrom {
+                output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)")
+            } else {
+                output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)")
+            }
         }
         guard output.stderrIsTerminal else { return }
         lock.withLock {

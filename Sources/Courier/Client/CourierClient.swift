@@ -84,6 +84,7 @@ public final class CourierClient: Sendable {
             ),
             installer: PlacementInstallStage(placer: placer),
             notifier: webhook,
+            updater: WholePackageUpdate(placer: placer),
             logger: logger
         )
     }
@@ -145,12 +146,15 @@ public final class CourierClient: Sendable {
     /// Delivers `scope` in the foreground until nothing in it can move, and returns where it
     /// stands. With `retryStopped`, its paused and failed downloads wait again first. `observer`
     /// hears every queue event of the run (not the retries), and has heard them all when this
-    /// returns or throws. Cancelling the calling task checkpoints active downloads and pauses
-    /// them as `interrupted`.
+    /// returns or throws. Downloads of `scope` another live process works are waited for (and
+    /// taken over if it dies): `observer` is told who works them, then hears their changes as
+    /// that process records them (`followInterval`). Cancelling the calling task checkpoints
+    /// active downloads and pauses them as `interrupted`.
     public func deliver(
         scope: DeliveryScope,
         retryStopped: Bool = false,
-        observer: (any PaymentQueueObserver)? = nil
+        observer: (any PaymentQueueObserver)? = nil,
+        followInterval: Double = 0.25
     ) async throws -> DeliverySummary {
         if retryStopped {
             let stopped = try queue.entries().compactMap(\.download).filter { download in
@@ -161,12 +165,53 @@ public final class CourierClient: Sendable {
         if let observer { queue.addObserver(observer) }
         defer { if let observer { queue.removeObserver(observer) } }
         do {
-            let summary = try await pipeline.run(scope: scope)
+            let summary = try await withThrowingTaskGroup(of: DeliverySummary?.self) { group in
+                group.addTask { try await self.pipeline.run(scope: scope) }
+                if let observer {
+                    group.addTask {
+                        await self.followOtherOwners(scope: scope, observer: observer, interval: followInterval)
+                        return nil
+                    }
+                }
+                // The pipeline answers first (the follower runs until cancelled).
+                while let next = try await group.next() {
+                    if let summary = next {
+                        group.cancelAll()
+                        return summary
+                    }
+                }
+                throw CancellationError()
+            }
             await queue.observersCaughtUp()
             return summary
         } catch {
             await queue.observersCaughtUp()
             throw error
         }
+    }
+
+    /// Reports to `observer` the downloads of `scope` another live process works: its owner once,
+    /// then each change of their records (read every `interval` seconds, as that process
+    /// checkpoints them, and once more when cancelled: the state the run ended on) until this
+    /// process holds one.
+    private func followOtherOwners(scope: DeliveryScope, observer: any PaymentQueueObserver, interval: Double) async {
+        let queue = self.queue
+        var shown: [String: DownloadRecord] = [:]
+        var owners: Set<String> = []
+        func poll() {
+            guard let (held, followed) = try? queue.workedElsewhere(scope: scope, following: Array(shown.keys)) else { return }
+            for (key, group) in Dictionary(grouping: held, by: { "\($0.owner.pid)@\($0.owner.host) \($0.owner.token)" })
+            where owners.insert(key).inserted {
+                let (downloads, owner) = (group.map(\.download), group[0].owner)
+                queue.events.deliver { observer.paymentQueue(queue, downloads: downloads, workedBy: owner) }
+            }
+            var current = Dictionary(followed.map { ($0.id, $0) }) { first, _ in first }
+            for (download, _) in held { current[download.id] = download }
+            let changed = current.values.filter { shown[$0.id] != $0 }.sorted { $0.id < $1.id }
+            shown = current
+            if !changed.isEmpty { queue.events.deliver { observer.paymentQueue(queue, updatedDownloads: changed) } }
+        }
+        repeat { poll() } while (try? await Task.sleep(nanoseconds: UInt64(interval * 1e9))) != nil
+        poll()
     }
 }

@@ -96,8 +96,25 @@ extension PaymentQueue {
     /// Whether some download of `scope` still needs work but another live process holds it.
     func hasWorkHeldElsewhere(scope: DeliveryScope, now: Date = Date()) throws -> Bool {
         if case .all = scope { return false }
-        let leases: [Lease] = try read { db in try QueueStore.leasesOnUnsettled(db, scope: scope) }
-        return leases.contains { $0.owner.token != self.leases.owner.token && !$0.isStale(now: now, host: self.leases.owner.host) }
+        return try !workedElsewhere(scope: scope, now: now).held.isEmpty
+    }
+
+    /// One read of the downloads of `scope` that another live process works now (`held`, with
+    /// the owner of each), and the records of `following` (downloads seen held before) that this
+    /// process does not hold: how a run follows another process's work from the store.
+    func workedElsewhere(scope: DeliveryScope, following: some Collection<String> = [String](), now: Date = Date()) throws
+        -> (held: [(download: DownloadRecord, owner: LeaseOwner)], followed: [DownloadRecord])
+    {
+        let token = leases.owner.token
+        return try read { db in
+            let held = try QueueStore.leasesOnUnsettled(db, scope: scope).filter { lease in
+                lease.owner.token != token && !lease.isStale(now: now, host: self.leases.owner.host)
+            }.compactMap { lease in try QueueStore.fetchDownload(db, id: lease.downloadId).map { ($0, lease.owner) } }
+            let followed = try following.filter { id in
+                try LeaseManager.lease(db, downloadId: id)?.owner.token != token
+            }.compactMap { try QueueStore.fetchDownload(db, id: $0) }
+            return (held, followed)
+        }
     }
 
     /// Renews this process's lease on `downloadId`; returns false when the lease was lost or

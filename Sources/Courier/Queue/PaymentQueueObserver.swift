@@ -10,6 +10,10 @@ public protocol PaymentQueueObserver: AnyObject, Sendable {
     func paymentQueue(_ queue: PaymentQueue, removedTransactions transactions: [TransactionRecord])
     func paymentQueueRestoreCompletedTransactionsFinished(_ queue: PaymentQueue, productIds: [String])
     func paymentQueue(_ queue: PaymentQueue, restoreCompletedTransactionsFailedWithError error: CourierError)
+    /// Downloads of a foreground run (`CourierClient.deliver`) that another live process works:
+    /// said once per owner, when first seen. Their later changes arrive as `updatedDownloads`,
+    /// read from the store.
+    func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner)
 }
 
 extension PaymentQueueObserver {
@@ -18,6 +22,7 @@ extension PaymentQueueObserver {
     public func paymentQueue(_ queue: PaymentQueue, removedTransactions transactions: [TransactionRecord]) {}
     public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: PaymentQueue, productIds: [String]) {}
     public func paymentQueue(_ queue: PaymentQueue, restoreCompletedTransactionsFailedWithError error: CourierError) {}
+    public func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner) {}
 }
 
 /// Fans committed events out to observers (on a serial queue) and to `AsyncStream`s.
@@ -77,6 +82,11 @@ final class PaymentQueueEvents: @unchecked Sendable {  // @unchecked: mutable st
                 }
             }
         }
+    }
+
+    /// Runs `call` on the observers' queue, after every observer call queued so far.
+    func deliver(_ call: @escaping @Sendable () -> Void) {
+        delivery.async(execute: call)
     }
 
     /// Returns once every observer call queued so far has been made.
