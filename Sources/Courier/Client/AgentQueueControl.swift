@@ -2,10 +2,12 @@ import Foundation
 
 /// Performs queue commands through a running agent's control socket (`Storage/agent.sock`):
 /// each command travels as an `AgentRequest` line and the agent performs it with its
-/// `LocalQueueControl`. Blocking on the socket; an agent's refusal is thrown as its
-/// `CourierError`.
+/// `LocalQueueControl`. An agent's refusal is thrown as its `CourierError`. The exchange is
+/// blocking socket I/O, so it runs on a Dispatch queue of its own while the caller waits
+/// suspended: it never holds a thread of Swift's cooperative pool.
 public struct AgentQueueControl: QueueControl {
     public let agent: AgentClient
+    private static let socketIO = DispatchQueue(label: "courier.agent-client", attributes: .concurrent)
 
     public init(agent: AgentClient) {
         self.agent = agent
@@ -17,7 +19,10 @@ public struct AgentQueueControl: QueueControl {
     }
 
     public func perform(_ command: QueueCommand) async throws -> QueueResult {
-        let response = try agent.send(AgentRequest(command))
+        let (agent, request) = (self.agent, AgentRequest(command))
+        let response = try await withCheckedThrowingContinuation { continuation in
+            Self.socketIO.async { continuation.resume(with: Result { try agent.send(request) }) }
+        }
         return QueueResult(
             entries: response.entries ?? [],
             downloads: response.downloads ?? [],

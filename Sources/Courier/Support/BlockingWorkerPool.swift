@@ -27,6 +27,22 @@ public final class BlockingWorkerPool: Sendable {
     }
 }
 
+/// The transfer engine's disk workers: a fixed set of serial queues handed out in turn, so each
+/// transfer's writes stay in order on one queue and at most `count` threads hash and fsync.
+final class WorkerPool: Sendable {
+    private let queues: [DispatchQueue]
+    private let handedOut = Atomic<Int>(0)
+
+    init(count: Int) {
+        queues = (0..<max(1, count)).map { DispatchQueue(label: "courier.transfer.worker.\($0)", qos: .utility) }
+    }
+
+    /// The next queue, round robin.
+    func next() -> DispatchQueue {
+        queues[handedOut.wrappingAdd(1, ordering: .relaxed).oldValue % queues.count]
+    }
+}
+
 /// A counting semaphore for tasks: `wait()` suspends (never blocks a thread) until a unit is
 /// free, and throws `CancellationError` if the waiting task is cancelled. Waiters are served in
 /// the order they came.

@@ -538,25 +538,6 @@ public final class TransferEngine: Sendable {
     }
 }
 
-/// The engine's bounded worker pool: a fixed set of serial queues, handed out in turn.
-final class WorkerPool: @unchecked Sendable {  // @unchecked: `counter` is guarded by `lock`; `queues` is immutable.
-    private let queues: [DispatchQueue]
-    private let lock = NSLock()
-    private var counter = 0
-
-    init(count: Int) {
-        queues = (0..<max(1, count)).map { DispatchQueue(label: "courier.transfer.worker.\($0)", qos: .utility) }
-    }
-
-    func next() -> DispatchQueue {
-        lock.lock()
-        counter += 1
-        let index = counter
-        lock.unlock()
-        return queues[index % queues.count]
-    }
-}
-
 /// A retry `TransferEngine.download` has scheduled: retry `retry` of `maxRetries`, starting in
 /// `delay` seconds, after `error` (a refused connection, a timeout, an HTTP 503...).
 public struct TransferRetry: Sendable {

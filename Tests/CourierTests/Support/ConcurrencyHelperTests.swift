@@ -118,6 +118,19 @@ struct ConcurrencyHelperTests {
         }
     }
 
+    @Test("WorkerPool: queues handed out in turn, none skipped or doubled under concurrent callers")
+    func transferWorkers() {
+        let pool = WorkerPool(count: 3)
+        #expect((0..<6).map { _ in pool.next().label } == (0..<6).map { "courier.transfer.worker.\($0 % 3)" })
+        let counts = Locked([String: Int]())
+        DispatchQueue.concurrentPerform(iterations: 3000) { _ in
+            let label = pool.next().label
+            counts.withLock { $0[label, default: 0] += 1 }
+        }
+        #expect(counts.withLock { $0 } == ["courier.transfer.worker.0": 1000, "courier.transfer.worker.1": 1000, "courier.transfer.worker.2": 1000])
+        #expect(WorkerPool(count: 0).next().label == "courier.transfer.worker.0")
+    }
+
     @Test("ProgressThrottle: one report per interval, and the final one always")
     func progressThrottle() {
         let start = Date(timeIntervalSince1970: 1000)
