@@ -182,9 +182,11 @@ struct ServeCommand: AsyncParsableCommand {
             clockSkew: configuration.receipts.clockSkew
         )
         let store = try OriginStateStore(directory: global.layout.root)
+        // Gates on this machine may share the storage root: each sees the refunds any of them
+        // recorded (docs/origin.md, "Behind nginx").
         let gate = ReceiptAccessGate(
             verifier: verifier,
-            revocations: store,
+            revocations: try SharedRevocations(directory: global.layout.root),
             maxTokenAge: origin.maxTokenAge,
             cache: VerifiedTokenCache(metrics: metrics)
         )
