@@ -1,0 +1,68 @@
+import Foundation
+import Logging
+
+/// The delta update behind the update flow's `ContentUpdating` seam: an update whose catalog
+/// entry names a manifest is brought in by its changed entries (`DeltaUpdater`); one without a
+/// manifest, or whose delta falls back (a mismatch, an origin without Range, …), answers nil so
+/// that the pipeline fetches and installs the whole package. The fallback's reason is logged
+/// at info level (`delta-fallback`).
+///
+/// Content already at the update's package (a run killed after placing it) is answered as
+/// `WholePackageUpdate` does. Cancelling is a pause: verified entries stay in the update's work
+/// folder (`DeltaUpdater.workDirectory`) and the next run fetches none of them again.
+public struct DeltaContentUpdate: ContentUpdating {
+    public let updater: DeltaUpdater
+    /// Per-download headers (a receipt-gated origin's `Authorization`); never logged.
+    public let credentials: @Sendable (DownloadRecord) -> [(String, String)]
+    let logger: Logger
+
+    public init(
+        updater: DeltaUpdater,
+        credentials: @escaping @Sendable (DownloadRecord) -> [(String, String)] = { _ in [] },
+        logger: Logger
+    ) {
+        self.updater = updater
+        self.credentials = credentials
+        self.logger = logger
+    }
+
+    public func update(_ download: DownloadRecord, progress: @escaping @Sendable (DownloadProgress) -> Void) async throws -> URL? {
+        if let placed = try await WholePackageUpdate(placer: updater.placer).update(download, progress: progress) {
+            return placed
+        }
+        var logger = self.logger
+        logger[metadataKey: "download-id"] = "\(download.id)"
+        guard let manifest = download.manifest else {
+            logger.debug("no manifest: the whole package is fetched")
+            return nil
+        }
+        let target = DeltaUpdater.Target(
+            contentIdentifier: download.contentIdentifier, productId: download.productId, version: download.version,
+            placement: download.placement, packageURL: download.url, packageSHA256: download.sha256,
+            packageLength: download.length, manifestURL: manifest.url, manifestSHA256: manifest.sha256,
+            manifestLength: manifest.length, headers: credentials(download),
+            workDirectory: DeltaUpdater.workDirectory(
+                in: updater.placer.layout, contentIdentifier: download.contentIdentifier, packageSHA256: download.sha256)
+        )
+        let started = Date()
+        do {
+            let outcome = try await updater.update(target) { bytes in
+                let elapsed = Date().timeIntervalSince(started)
+                progress(
+                    DownloadProgress(
+                        bytesReceived: bytes, totalBytes: download.length,
+                        bytesPerSecond: elapsed > 0 ? Double(bytes) / elapsed : 0, timeRemaining: nil, source: download.url))
+            }
+            logger.info(
+                "updated by changed entries",
+                metadata: [
+                    "bytes-fetched": "\(outcome.bytesFetched)", "package-length": "\(download.length)",
+                    "entries-fetched": "\(outcome.entriesFetched)", "entries-reused": "\(outcome.entriesReused)",
+                ])
+            return outcome.content.url
+        } catch let fallback as DeltaUpdater.Fallback {
+            logger.info("delta update not possible: the whole package is fetched", metadata: ["delta-fallback": "\(fallback)"])
+            return nil
+        }
+    }
+}
