@@ -22,6 +22,7 @@ struct CourierCommand: AsyncParsableCommand {
         version: CourierVersion.current,
         subcommands: [
             DeliverCommand.self,
+            UpdateCommand.self,
             GetCommand.self,
             EnqueueCommand.self,
             AgentCommand.self,
@@ -37,6 +38,7 @@ struct CourierCommand: AsyncParsableCommand {
             SandboxCommand.self,
             PrestageCommand.self,
             ServeCommand.self,
+            OriginCommand.self,
         ]
     )
 

@@ -115,6 +115,11 @@ extension QueuedContent {
             contentIdentifier: entitled.contentIdentifier, productId: entitled.productId,
             transactionId: entitled.transactionId, url: url, sha256: entitled.content.sha256,
             length: entitled.content.length, version: entitled.content.version, placement: entitled.content.placement,
-            unpackedLength: entitled.content.unpackedLength, mirrors: (entitled.content.mirrors ?? []).compactMap(URL.init(string:)))
+            unpackedLength: entitled.content.unpackedLength, mirrors: (entitled.content.mirrors ?? []).compactMap(URL.init(string:)),
+            manifest: entitled.content.manifest.flatMap { manifest in
+                Catalog.resolve(manifest.url, relativeTo: catalogLocation).map {
+                    ManifestReference(url: $0, sha256: manifest.sha256.lowercased(), length: manifest.length)
+                }
+            })
     }
 }

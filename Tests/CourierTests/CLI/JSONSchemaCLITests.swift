@@ -13,6 +13,7 @@ struct JSONSchemaCLITests {
         "failed": ["file", "code", "message"], "saved": ["file", "length", "sha256"], "refused": ["line", "url", "code", "message"], "enqueued": ["transactions"],
         "progress": ["bytesReceived", "rate"], "waitingForOwner": ["owners", "downloads"],
         "download": ["downloadId", "transactionId", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
+        "update": ["downloadId", "contentIdentifier", "fromVersion", "toVersion", "contentLength", "url"],
     ]
     /// Names of the same things that one vocabulary replaced (docs/json.md): never printed.
     static let retired: Set<String> = ["bytesPerSecond", "totalBytes", "contentURL", "delivered", "id"]
@@ -69,6 +70,26 @@ struct JSONSchemaCLITests {
                 "get", "-i", folder.appending("list2").path, "-d", folder.appending("out").path, "--json", "--config", config.path,
             ]), "get -i, all saved")
         check(try CourierBinary.run(["list", "--json", "--storage", folder.appending("nowhere").path]), "list error")
+    }
+
+    @Test(
+        "update: update and download events, then the result; nothing to update is a result too",
+        .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+    func updateEvents() throws {
+        let shop = try UpdateShop()
+        defer { shop.stop() }
+        #expect(try shop.deliverV1().status == 0)
+        let run = try shop.courier(["update", "--catalog", shop.catalog("2.0"), "--json"])
+        #expect(run.status == 0, "\(run.stderr)")
+        check(run, "update")
+        #expect(run.events.contains { $0["event"] as? String == "update" && $0["toVersion"] as? String == "2.0" })
+        #expect(run.events.contains { $0["event"] as? String == "download" && $0["fromVersion"] as? String == "1.0" && $0["contentPath"] is String })
+        let result = try #require(run.events.last)
+        let updated = try #require((result["updated"] as? [[String: Any]])?.first)
+        #expect(updated["fromVersion"] as? String == "1.0" && updated["toVersion"] as? String == "2.0" && updated["contentPath"] is String)
+        let again = try shop.courier(["update", "--catalog", shop.catalog("2.0"), "--json"])
+        check(again, "update, nothing to update")
+        #expect(Set(try #require(again.events.last).keys) == Set(result.keys))
     }
 
     @Test(
