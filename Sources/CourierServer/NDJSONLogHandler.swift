@@ -27,22 +27,21 @@ public struct NDJSONLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        var object: [String: Any] = [
-            "time": ISO8601DateFormatter.string(from: Date(), timeZone: .gmt, formatOptions: [.withInternetDateTime, .withFractionalSeconds]),
-            "level": event.level.rawValue,
-            "label": label,
-            "message": "\(event.message)",
-        ]
-        for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
-            object[key] = Self.plain(value)
-        }
-        guard var data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
-            return
-        }
-        data.append(0x0A)
+        var object: [String: Logger.Metadata.Value] = metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 })
+        // Never numbers, whatever they hold (metadata strings that are integers are).
+        object["time"] = .stringConvertible(Self.timestamp(Date()))
+        object["level"] = .stringConvertible(event.level.rawValue)
+        object["label"] = .stringConvertible(label)
+        object["message"] = .stringConvertible("\(event.message)")
+        // Written by hand rather than with JSONSerialization: this runs once per request, and
+        // the access log was most of the cost of an `/authorize` (docs/origin.md).
+        var line: [UInt8] = []
+        line.reserveCapacity(512)
+        Self.append(.dictionary(object), to: &line)
+        line.append(0x0A)
         Self.lock.lock()
         defer { Self.lock.unlock() }
-        data.withUnsafeBytes { raw in
+        line.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
                 let n = write(descriptor, raw.baseAddress.map { $0 + offset }, raw.count - offset)
@@ -55,12 +54,70 @@ public struct NDJSONLogHandler: LogHandler {
         }
     }
 
-    private static func plain(_ value: Logger.Metadata.Value) -> Any {
-        switch value {
-        case .string(let text): return Int64(text).map { $0 as Any } ?? text
-        case .stringConvertible(let value): return "\(value)"
-        case .array(let values): return values.map(plain)
-        case .dictionary(let values): return values.mapValues(plain)
+    /// `date` as RFC 3339 in UTC with milliseconds: "2026-11-23T14:05:25.123Z".
+    static func timestamp(_ date: Date) -> String {
+        let interval = date.timeIntervalSince1970
+        var seconds = time_t(interval.rounded(.down))
+        var milliseconds = Int(((interval - Double(seconds)) * 1000).rounded(.down))
+        if milliseconds >= 1000 {
+            seconds += 1
+            milliseconds -= 1000
         }
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(milliseconds), 3))Z"
+    }
+
+    /// Appends `value` as JSON: objects with sorted keys; a `.string` that is an integer as a
+    /// number, a `.stringConvertible` always as a string.
+    static func append(_ value: Logger.Metadata.Value, to output: inout [UInt8]) {
+        switch value {
+        case .string(let text):
+            if let number = Int64(text) { output.append(contentsOf: String(number).utf8) } else { appendString(text, to: &output) }
+        case .stringConvertible(let value):
+            appendString("\(value)", to: &output)
+        case .array(let values):
+            output.append(UInt8(ascii: "["))
+            for (index, element) in values.enumerated() {
+                if index > 0 { output.append(UInt8(ascii: ",")) }
+                append(element, to: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .dictionary(let values):
+            output.append(UInt8(ascii: "{"))
+            for (index, key) in values.keys.sorted().enumerated() {
+                if index > 0 { output.append(UInt8(ascii: ",")) }
+                appendString(key, to: &output)
+                output.append(UInt8(ascii: ":"))
+                if let element = values[key] { append(element, to: &output) }
+            }
+            output.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// A JSON string: quotes, backslashes and control characters escaped, the rest as UTF-8.
+    static func appendString(_ text: String, to output: inout [UInt8]) {
+        let hex = Array("0123456789abcdef".utf8)
+        output.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0..<0x20, 0x7F:
+                output.append(contentsOf: Array("\\u00".utf8))
+                output.append(hex[Int(byte >> 4)])
+                output.append(hex[Int(byte & 0x0F)])
+            default: output.append(byte)
+            }
+        }
+        output.append(UInt8(ascii: "\""))
     }
 }

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# nginx + auth_request + `courier serve` gates vs nginx alone, serving the same files to wrk with
+# 64 connections, in the same run (release build): whole files and 1 MiB ranges of a bigger one.
+# nginx is configured with what `courier origin nginx-config` prints; every request carries a
+# signed transaction (64 distinct purchases, so the gates' token cache holds 64 entries).
+# Prints requests/s of each, the throughput ratio gated/alone (goal >= 0.8), wrk's p99 latency,
+# and the gates' p99 decision time from their courier_gate_decision_seconds histograms.
+#   Benchmarks/gate.sh
+#   COURIER_BIN=.build/debug/courier DURATION=3 BIG_MIB=16 Benchmarks/gate.sh   # a quick check
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source Benchmarks/common.sh
+DURATION=${DURATION:-10}       # seconds per wrk run
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+GATES=${GATES:-2}              # courier serve gate processes behind nginx
+WHOLE_KIB=${WHOLE_KIB:-256}    # the file fetched whole
+BIG_MIB=${BIG_MIB:-64}         # the file fetched in 1 MiB ranges
+TOKENS=${TOKENS:-64}
+
+if ! command -v wrk >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "== installing wrk" >&2
+  { $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q wrk; } >/dev/null 2>&1 \
+    || { echo "gate.sh: cannot install wrk" >&2; exit 1; }
+fi
+if [ -z "${COURIER_BIN:-}" ]; then
+  swift build -c release --product courier >&2
+  BIN=$(swift build -c release --show-bin-path)/courier
+else
+  BIN=$(realpath "$COURIER_BIN")
+fi
+WORK=$(mktemp -d /tmp/courier-bench-gate.XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# The content: one product whose package is the big file, one whose package is the whole file.
+mkdir -p "$WORK/content/packages/com.example.big" "$WORK/content/packages/com.example.whole"
+head -c "$((BIG_MIB << 20))" /dev/urandom > "$WORK/big.zip"
+head -c "$((WHOLE_KIB << 10))" /dev/urandom > "$WORK/whole.zip"
+BIG_SHA=$(sha256sum "$WORK/big.zip" | cut -d' ' -f1)
+WHOLE_SHA=$(sha256sum "$WORK/whole.zip" | cut -d' ' -f1)
+BIG="packages/com.example.big/$BIG_SHA.zip"
+WHOLE="packages/com.example.whole/$WHOLE_SHA.zip"
+mv "$WORK/big.zip" "$WORK/content/$BIG"
+mv "$WORK/whole.zip" "$WORK/content/$WHOLE"
+cat > "$WORK/content/catalog.json" <<JSON
+{"bundleId":"com.example.app","products":[
+ {"productId":"com.example.big","content":{"url":"$BIG","sha256":"$BIG_SHA","length":$((BIG_MIB << 20)),"version":"1.0","placement":"documents"}},
+ {"productId":"com.example.whole","content":{"url":"$WHOLE","sha256":"$WHOLE_SHA","length":$((WHOLE_KIB << 10)),"version":"1.0","placement":"documents"}}]}
+JSON
+cat "$WORK/content/$BIG" "$WORK/content/$WHOLE" > /dev/null   # warm the page cache
+
+# Signed purchases of both products (a token for each, TOKENS of each).
+"$BIN" sandbox init --dir "$WORK/sandbox" > /dev/null
+for product in big whole; do
+  for _ in $(seq "$TOKENS"); do
+    "$BIN" sandbox purchase "com.example.$product" --dir "$WORK/sandbox" --bundle-id com.example.app
+  done > "$WORK/tokens-$product"
+done
+
+# The gates.
+GATE_ARGS=()
+for i in $(seq "$GATES"); do
+  "$BIN" serve --content "$WORK/content" --port 0 --json --metrics-port 0 --storage "$WORK/storage" \
+    --trust-root "$WORK/sandbox" --bundle-id com.example.app --environment Sandbox > "$WORK/gate$i.log" 2>"$WORK/gate$i.err" &
+  PIDS+=($!)
+done
+port_of() {  # port_of LOG EVENT
+  for _ in $(seq 400); do
+    grep -q "\"$2\"" "$1" 2>/dev/null && break
+    sleep 0.05
+  done
+  python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and json.loads(l).get("event")==sys.argv[2]][0]["port"])' "$1" "$2"
+}
+METRICS_PORTS=()
+for i in $(seq "$GATES"); do
+  GATE_ARGS+=(--gate "127.0.0.1:$(port_of "$WORK/gate$i.log" listening)")
+  METRICS_PORTS+=("$(port_of "$WORK/gate$i.log" metrics)")
+done
+
+# nginx alone (Benchmarks/common.sh) and nginx with the printed configuration, same main context.
+mkdir -p "$WORK/plain"
+start_nginx "$WORK/content" "$WORK/plain"
+PLAIN_PORT=$NGINX_PORT; PIDS+=("$NGINX_PID"); NGINX_PID=""
+mkdir -p "$WORK/gated"
+GATED_PORT=$(free_port)
+"$BIN" origin nginx-config --content "$WORK/content" "${GATE_ARGS[@]}" --listen "127.0.0.1:$GATED_PORT" > "$WORK/gated/courier.conf"
+user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
+cat > "$WORK/gated/nginx.conf" <<CONF
+$user
+worker_processes 1;
+daemon off;
+pid $WORK/gated/nginx.pid;
+error_log $WORK/gated/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/gated/cb; proxy_temp_path $WORK/gated/px; fastcgi_temp_path $WORK/gated/fc;
+    uwsgi_temp_path $WORK/gated/uw; scgi_temp_path $WORK/gated/sc;
+    keepalive_requests 100000;
+    include $WORK/gated/courier.conf;
+}
+CONF
+/usr/sbin/nginx -c "$WORK/gated/nginx.conf" -p "$WORK/gated" -e "$WORK/gated/nginx-error.log" >/dev/null 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GATED_PORT/catalog.json" && break; sleep 0.05; done
+
+# Sanity: the gated nginx refuses without a token and serves with one.
+TOKEN=$(head -n 1 "$WORK/tokens-whole")
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GATED_PORT/$WHOLE")" = 401 ] || { echo "gate.sh: the gate let an anonymous request in" >&2; exit 1; }
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$GATED_PORT/$WHOLE")" = 200 ] \
+  || { echo "gate.sh: the gated nginx does not serve a purchase; $(tail -3 "$WORK/gated/nginx-error.log")" >&2; exit 1; }
+
+# wrk scripts: every request carries one of the tokens (round robin); ranges start at a random MiB.
+write_script() {  # write_script NAME PATH TOKENS RANGED
+  cat > "$WORK/$1.lua" <<LUA
+local tokens = {}
+for line in io.lines("$3") do tokens[#tokens + 1] = line end
+local next_token = math.random(#tokens)
+local ranged = $4
+local mib = $BIG_MIB
+request = function()
+  next_token = next_token % #tokens + 1
+  local headers = { ["Authorization"] = "Bearer " .. tokens[next_token] }
+  if ranged then
+    local first = math.random(0, mib - 1) * 1048576
+    headers["Range"] = "bytes=" .. first .. "-" .. (first + 1048575)
+  end
+  return wrk.format("GET", "/$2", headers)
+end
+LUA
+}
+write_script whole "$WHOLE" "$WORK/tokens-whole" false
+write_script ranges "$BIG" "$WORK/tokens-big" true
+
+run_wrk() {  # run_wrk PORT SCRIPT OUT
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/$2.lua" "http://127.0.0.1:$1/" > "$3"
+}
+for case in whole ranges; do
+  echo "== $case: nginx alone" >&2
+  run_wrk "$PLAIN_PORT" "$case" "$WORK/$case-plain.txt"
+  echo "== $case: nginx + auth_request + $GATES gate(s)" >&2
+  run_wrk "$GATED_PORT" "$case" "$WORK/$case-gated.txt"
+done
+for i in "${!METRICS_PORTS[@]}"; do
+  curl -s "http://127.0.0.1:${METRICS_PORTS[$i]}/metrics" > "$WORK/metrics$i.txt"
+done
+
+python3 - "$WORK" "$WHOLE_KIB" "$GATES" <<'PY'
+import glob, re, sys
+work, whole_kib, gates = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+def wrk(path):
+    text = open(path).read()
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", text)
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    errors = re.search(r"Socket errors:(.*)", text)
+    return rps, float(p99.group(1)) * scale[p99.group(2)], int(non2xx.group(1)) if non2xx else 0, errors.group(1).strip() if errors else ""
+
+for case, label in (("whole", f"whole {whole_kib} KiB file"), ("ranges", "1 MiB ranges")):
+    plain, gated = wrk(f"{work}/{case}-plain.txt"), wrk(f"{work}/{case}-gated.txt")
+    print(f"{label}: nginx alone {plain[0]:.0f} req/s (p99 {plain[1]:.2f} ms), "
+          f"nginx + auth_request + {gates} gates {gated[0]:.0f} req/s (p99 {gated[1]:.2f} ms); "
+          f"throughput ratio {gated[0] / plain[0]:.2f} (goal >= 0.8)")
+    for name, result in (("alone", plain), ("gated", gated)):
+        if result[2] or result[3]:
+            print(f"  warning: {name}: {result[2]} non-2xx responses; socket errors: {result[3] or 'none'}")
+
+# The gates' decision-time histograms, summed: p99 as the upper bound of the bucket holding it.
+buckets, count, total = {}, 0, 0.0
+for path in glob.glob(f"{work}/metrics*.txt"):
+    for line in open(path):
+        m = re.match(r'courier_gate_decision_seconds_bucket\{le="([^"]+)"\} (\d+)', line)
+        if m:
+            le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
+            buckets[le] = buckets.get(le, 0) + int(m.group(2))
+        m = re.match(r"courier_gate_decision_seconds_count (\d+)", line)
+        if m: count += int(m.group(1))
+        m = re.match(r"courier_gate_decision_seconds_sum ([\d.e+-]+)", line)
+        if m: total += float(m.group(1))
+hits = misses = 0
+for path in glob.glob(f"{work}/metrics*.txt"):
+    for line in open(path):
+        if line.startswith("courier_token_cache_hits_total "): hits += int(float(line.split()[1]))
+        if line.startswith("courier_token_cache_misses_total "): misses += int(float(line.split()[1]))
+if count:
+    p99 = next(le for le in sorted(buckets) if buckets[le] >= 0.99 * count)
+    p50 = next(le for le in sorted(buckets) if buckets[le] >= 0.5 * count)
+    print(f"gate decisions: {count}, mean {total / count * 1e6:.0f} us, p50 <= {p50 * 1e6:.0f} us, "
+          f"p99 <= {p99 * 1e6:.0f} us (histogram bucket); token cache {hits} hits, {misses} misses")
+PY
