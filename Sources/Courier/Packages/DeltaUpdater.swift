@@ -146,6 +146,16 @@ public struct DeltaUpdater: Sendable {
     /// Updates `target.contentIdentifier` to the new package by its changed entries; see the type.
     /// `progress` receives the entry bytes fetched so far.
     public func update(_ target: Target, progress: (@Sendable (Int64) -> Void)? = nil) async throws -> Outcome {
+        do {
+            return try await attempt(target, progress: progress)
+        } catch let fallback as Fallback {
+            // The whole package replaces this update: what it fetched is of no further use.
+            try? FileManager.default.removeItem(at: target.workDirectory)
+            throw fallback
+        }
+    }
+
+    private func attempt(_ target: Target, progress: (@Sendable (Int64) -> Void)?) async throws -> Outcome {
         var logger = self.logger
         logger[metadataKey: "content-id"] = "\(target.contentIdentifier)"
         let installed = try placer.content(target.contentIdentifier)

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# A package of SIZE_MIB (default 512 MiB) in FILES (default 64) files, delivered at version 1.0;
+# version 2.0 changes CHANGED (default 3) files. `courier update` to 2.0 twice from the same
+# installed 1.0, against the same nginx in the same run: with a catalog that names the package's
+# manifest (delta by entry: only the changed entries' byte ranges) and with one that does not
+# (the whole package). Prints the bytes each fetched (nginx's access log) and the times, and the
+# ratios: delta bytes / package size (goal <= 6%), delta time / full time (goal <= 10%). Not a test.
+#
+#   Benchmarks/update.sh                                    # release build
+#   COURIER_BIN=.build/debug/courier SIZE_MIB=16 RUNS=1 Benchmarks/update.sh
+#   SIZE_MIB=512 FILES=64 CHANGED=3 RUNS=3 ...              # knobs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source Benchmarks/common.sh
+SIZE_MIB=${SIZE_MIB:-512}
+FILES=${FILES:-64}
+CHANGED=${CHANGED:-3}
+RUNS=${RUNS:-3}
+if [ -z "${COURIER_BIN:-}" ]; then
+  swift build -c release --product courier >&2
+  BIN=$(swift build -c release --show-bin-path)/courier
+else
+  BIN=$(realpath "$COURIER_BIN")
+fi
+case "$BIN" in
+  */debug/*) echo "binary: $BIN (DEBUG build: figures are pessimistic)" ;;
+  *) echo "binary: $BIN" ;;
+esac
+WORK=$(mktemp -d /tmp/courier-bench-update.XXXXXX)
+cleanup() { [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+echo "{}" > "$WORK/courier.json"
+export COURIER_CONFIG="$WORK/courier.json"
+PRODUCT=com.example.bench.update
+
+# Versions 1.0 and 2.0 of the folder: FILES files of random bytes; 2.0 rewrites CHANGED of them.
+python3 - "$WORK" "$SIZE_MIB" "$FILES" "$CHANGED" <<'PY'
+import os, sys
+work, size, files, changed = sys.argv[1], int(sys.argv[2]) << 20, int(sys.argv[3]), int(sys.argv[4])
+each = size // files
+step = max(files // max(changed, 1), 1)
+rewritten = {(i * step + step // 2) % files for i in range(changed)}
+for version in ("v1", "v2"):
+    os.makedirs(f"{work}/{version}/levels", exist_ok=True)
+for i in range(files):
+    data = os.urandom(each)
+    open(f"{work}/v1/levels/level{i:03d}.dat", "wb").write(data)
+    open(f"{work}/v2/levels/level{i:03d}.dat", "wb").write(os.urandom(each) if i in rewritten else data)
+PY
+mkdir -p "$WORK/www"
+"$BIN" package create "$WORK/v1" --product "$PRODUCT" --version 1.0 -o "$WORK/www/v1.zip" >/dev/null
+"$BIN" package create "$WORK/v2" --product "$PRODUCT" --version 2.0 -o "$WORK/www/v2.zip" >/dev/null
+rm -rf "$WORK/v1" "$WORK/v2"
+python3 - "$WORK/www" "$PRODUCT" <<'PY'
+import hashlib, json, os, sys
+www, product = sys.argv[1], sys.argv[2]
+def digest(name):
+    data = open(os.path.join(www, name), "rb").read()
+    return hashlib.sha256(data).hexdigest(), len(data)
+def catalog(name, version, manifest):
+    sha, length = digest(f"{name}.zip")
+    content = {"url": f"{name}.zip", "sha256": sha, "length": length, "version": version, "placement": "documents"}
+    if manifest:
+        msha, mlength = digest(f"{name}.manifest.json")
+        content["manifest"] = {"url": f"{name}.manifest.json", "sha256": msha, "length": mlength}
+    return {"bundleId": "com.example.app", "products": [{"productId": product, "content": content}]}
+json.dump(catalog("v1", "1.0", False), open(f"{www}/catalog-v1.json", "w"))
+json.dump(catalog("v2", "2.0", False), open(f"{www}/catalog-full.json", "w"))
+json.dump(catalog("v2", "2.0", True), open(f"{www}/catalog-delta.json", "w"))
+PY
+PACKAGE_BYTES=$(stat -c %s "$WORK/www/v2.zip")
+
+# nginx as common.sh starts it, with an access log: `$body_bytes_sent` counts what each update fetched.
+NGINX_PORT=$(free_port)
+user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
+cat > "$WORK/nginx.conf" <<CONF
+$user
+worker_processes 1;
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+    log_format bytes '\$request_uri \$status \$body_bytes_sent';
+    access_log $WORK/access.log bytes;
+    client_body_temp_path $WORK/cb; proxy_temp_path $WORK/px; fastcgi_temp_path $WORK/fc;
+    uwsgi_temp_path $WORK/uw; scgi_temp_path $WORK/sc;
+    types { application/zip zip; application/json json; }
+    default_type application/octet-stream;
+    sendfile on; tcp_nopush on;
+    keepalive_requests 100000;
+    server { listen 127.0.0.1:$NGINX_PORT; root $WORK/www; }
+}
+CONF
+/usr/sbin/nginx -c "$WORK/nginx.conf" -p "$WORK" -e "$WORK/nginx-error.log" >/dev/null 2>&1 &
+NGINX_PID=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/" && break; sleep 0.05; done
+BASE="http://127.0.0.1:$NGINX_PORT"
+echo "package of $((PACKAGE_BYTES >> 20)) MiB, $FILES files, $CHANGED changed; origin nginx on $BASE"
+
+# One purchase; each update starts from a store where it was just delivered at 1.0 (not a copy:
+# the installed files' inodes and change times are what the delta trusts them by).
+TRUST=$("$BIN" sandbox init --dir "$WORK/sandbox" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["trustRootDER"])')
+"$BIN" sandbox purchase "$PRODUCT" --dir "$WORK/sandbox" > "$WORK/receipt.txt"
+
+# run MODE -> prints "seconds bytes": one update of a fresh 1.0 delivery.
+run() {
+  local mode=$1
+  rm -rf "$WORK/Storage"
+  "$BIN" deliver --receipt "$WORK/receipt.txt" --catalog "$BASE/catalog-v1.json" --trust-root "$TRUST" \
+    --environment Sandbox --storage "$WORK/Storage" >/dev/null
+  cat "$WORK/www/v2.zip" > /dev/null   # page cache warm for both updates
+  sync
+  : > "$WORK/access.log"
+  local start end
+  start=$(date +%s.%N)
+  "$BIN" update --catalog "$BASE/catalog-$mode.json" --trust-root "$TRUST" --environment Sandbox \
+    --storage "$WORK/Storage" > "$WORK/update-$mode.out"
+  end=$(date +%s.%N)
+  local version
+  version=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select version from delivered_content').fetchone()[0])" "$WORK/Storage/state.sqlite")
+  [ "$version" = "2.0" ] || { echo "update ($mode) left version $version" >&2; exit 1; }
+  sleep 0.2   # nginx writes a request's log line once it has sent the response
+  python3 - "$start" "$end" "$WORK/access.log" <<'PY'
+import sys
+start, end, log = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+total = sum(int(line.split()[2]) for line in open(log) if "/v2." in line.split()[0])
+print(f"{end - start:.3f} {total}")
+PY
+}
+
+FULL=(); DELTA=()
+for _ in $(seq 1 "$RUNS"); do
+  FULL+=("$(run full)")
+  DELTA+=("$(run delta)")
+done
+python3 - "$PACKAGE_BYTES" "$SIZE_MIB" "$FILES" "$CHANGED" "${FULL[@]}" -- "${DELTA[@]}" <<'PY'
+import statistics, sys
+package, size, files, changed = (int(x) for x in sys.argv[1:5])
+rest = sys.argv[5:]
+split = rest.index("--")
+full = [tuple(map(float, r.split())) for r in rest[:split]]
+delta = [tuple(map(float, r.split())) for r in rest[split + 1:]]
+ft, db = statistics.mean(t for t, _ in full), statistics.mean(b for _, b in delta)
+dt, fb = statistics.mean(t for t, _ in delta), statistics.mean(b for _, b in full)
+print(f"full update : {ft:.2f} s mean of {len(full)} ({', '.join(f'{t:.2f}' for t, _ in full)}), {fb / 2**20:.1f} MiB fetched")
+print(f"delta update: {dt:.2f} s mean of {len(delta)} ({', '.join(f'{t:.2f}' for t, _ in delta)}), {db / 2**20:.2f} MiB fetched")
+print(f"delta bytes / package = {db / package * 100:.2f}% (goal <= 6%)")
+print(f"delta time / full time = {dt / ft * 100:.1f}% (goal <= 10%)")
+PY
