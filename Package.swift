@@ -34,6 +34,7 @@ let package = Package(
         // PostgreSQL, Prometheus metrics for `serve` and prestage workers.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // C bridges: module maps plus `static inline` typed shims, no logic.
@@ -89,12 +90,26 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // PostgreSQL for work and state shared by many machines (docs/scaling.md): the prestage
+        // queue and the origin's refunds. PostgresNIO stays out of the client library.
+        .target(
+            name: "CourierPostgres",
+            dependencies: [
+                "Courier",
+                "CourierServer",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
         // The `courier` executable: one file per subcommand, only public API of the libraries.
         .executableTarget(
             name: "CourierCLI",
             dependencies: [
                 "Courier",
                 "CourierServer",
+                "CourierPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -116,7 +131,7 @@ let package = Package(
         // One entry point per parser of untrusted bytes (Tests/Fuzz/README.md).
         .target(
             name: "CourierFuzzTargets",
-            dependencies: ["Courier", "CourierServer"],
+            dependencies: ["Courier", "CourierServer", "CourierPostgres"],
             path: "Tests/Fuzz/Targets",
             swiftSettings: strict
         ),
@@ -124,6 +139,7 @@ let package = Package(
             name: "CourierTests",
             dependencies: [
                 "Courier",
+                "CourierPostgres",
                 "CourierTestSupport",
                 "CourierFuzzTargets",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -131,6 +147,9 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
+                // The PostgreSQL queue and refund store against a real server (Tests/CourierTests/Prestage).
+                "CourierServer",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strict
         ),

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Courier
+import CourierPostgres
+import CourierServer
 import Foundation
 import Logging
 
@@ -14,6 +16,12 @@ struct PrestageCommand: AsyncParsableCommand {
             publishes it under DEST, then publishes DEST/catalog.json (atomically, last). A second \
             run with nothing new fetches nothing. One package's failure does not stop the others; \
             the run ends with a summary and exit 1 naming the failures; SIGINT pauses (exit 7).
+
+            With --queue postgresql://USER@HOST:PORT/DB (or prestage.queue in the configuration) \
+            the same command on any number of machines shares one run: the process holding the \
+            run's advisory lock plans it, every process claims and stages packages with leases, \
+            and the catalog is published once, last; each process ends when the run is complete \
+            (see docs/scaling.md).
             """
     )
 
@@ -31,8 +39,31 @@ struct PrestageCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Stage only this product (repeatable); others keep what is published.")
     var product: [String] = []
 
+    @Option(name: .long, help: "Share the run through this PostgreSQL queue: postgresql://USER@HOST:PORT/DB.")
+    var queue: String?
+
+    @Option(name: .long, help: "Seconds a claimed task stays claimed without a heartbeat (with --queue; default 120).")
+    var lease: Double?
+
+    @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics at GET /metrics on this port (0 picks one).")
+    var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "The address the metrics listener binds.")
+    var metricsHost: String = "127.0.0.1"
+
     func validate() throws {
         guard (1...256).contains(jobs) else { throw ValidationError("--jobs must be 1...256") }
+        if let lease, !(lease >= 1 && lease <= 86_400) { throw ValidationError("--lease must be 1...86400 seconds") }
+        if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be 0...65535") }
+        if let queue { _ = try Self.parseQueue(queue) }
+    }
+
+    static func parseQueue(_ text: String) throws -> PostgresURL {
+        do {
+            return try PostgresURL(parsing: text)
+        } catch let error as CourierError {
+            throw ValidationError(error.message)
+        }
     }
 
     func run() async throws {
@@ -41,18 +72,41 @@ struct PrestageCommand: AsyncParsableCommand {
             guard let location = catalog ?? configuration.catalog else {
                 throw ValidationError("name the upstream catalog with --catalog FILE|URL")
             }
-            let tree = try LocalStagingTree(root: URL(fileURLWithPath: dest, isDirectory: true))
+            let queueURL = try (queue ?? configuration.prestage.queue).map { try PostgresURL(parsing: $0) }
+            let destination = URL(fileURLWithPath: dest, isDirectory: true).standardizedFileURL
+            let tree = try LocalStagingTree(root: destination)
+            let logger = global.logger("courier.prestage", default: .error)
+            let metrics = metricsPort.map { port in
+                MetricsEndpoint(registry: MetricsEndpoint.bootstrapPrometheus(), host: metricsHost, port: port, logger: logger) {
+                    [metricsHost] bound in
+                    if output.json {
+                        output.emit(["event": "metrics", "host": metricsHost, "port": bound])
+                    } else {
+                        output.note("courier: metrics on http://\(metricsHost):\(bound)/metrics")
+                    }
+                }
+            }
+            let workerName = queueURL == nil ? "worker" : "\(ProcessInfo.processInfo.hostName)-\(getpid())-\(UUID().uuidString.prefix(8))"
             let runner = try PrestageRunner(
-                configuration: configuration, layout: global.layout, tree: tree, jobs: jobs,
-                logger: global.logger("courier.prestage", default: .error))
+                configuration: configuration, layout: global.layout, tree: tree, jobs: jobs, workerName: workerName,
+                logger: logger)
             defer { runner.shutdown() }
             let base = catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory
             let products = product.isEmpty ? nil : Set(product)
             let progress = PrestageProgress(output: output)
             let summary: PrestageSummary
+            let lease = Duration.milliseconds(Int64((self.lease ?? configuration.prestage.leaseSeconds) * 1000))
+            let runKey = PostgresPrestage.runKey(dest: destination, products: products)
             do {
                 summary = try await withSignalCancellation {
-                    try await runner.run(catalog: location, relativeTo: base, products: products) { progress.handle($0) }
+                    try await withMetrics(metrics) {
+                        if let queueURL {
+                            return try await PostgresPrestage(url: queueURL, runner: runner, lease: lease, logger: logger).run(
+                                catalog: location, relativeTo: base, products: products, runKey: runKey
+                            ) { progress.handle($0) }
+                        }
+                        return try await runner.run(catalog: location, relativeTo: base, products: products) { progress.handle($0) }
+                    }
                 }
             } catch let error as CourierError where error.code == .paused {
                 progress.finish()
@@ -70,6 +124,19 @@ struct PrestageCommand: AsyncParsableCommand {
                 )
             }
         }
+    }
+}
+
+/// Runs `body` with `endpoint` (a metrics listener) serving beside it until `body` returns.
+func withMetrics<T: Sendable>(_ endpoint: MetricsEndpoint?, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    guard let endpoint else { return try await body() }
+    return try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask {
+            try await endpoint.run()
+            return nil
+        }
+        defer { group.cancelAll() }
+        return try await body()
     }
 }
 

@@ -11,10 +11,10 @@ import Logging
 /// changes nothing. A body that does not verify is 400 and nothing is recorded.
 public struct NotificationReceiver: Sendable {
     public let verifier: SignedTransactionVerifier
-    public let store: OriginStateStore
+    public let store: any RefundStore
     let clock: @Sendable () -> Date
 
-    public init(verifier: SignedTransactionVerifier, store: OriginStateStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+    public init(verifier: SignedTransactionVerifier, store: any RefundStore, clock: @escaping @Sendable () -> Date = { Date() }) {
         self.verifier = verifier
         self.store = store
         self.clock = clock
@@ -43,7 +43,7 @@ public struct NotificationReceiver: Sendable {
         let notification = verified.notification
         let outcome: OriginStateStore.Outcome
         do {
-            outcome = try store.apply(verified, now: now)
+            outcome = try await store.apply(verified, now: now)
         } catch let error as CourierError {
             // Not recorded: anything but 200 makes Apple send it again later.
             return Answer(status: 503, body: ["error": error.code.rawValue, "message": error.message, "status": "503"])

@@ -6,6 +6,35 @@ import GRDB
 import Glibc
 #endif
 
+/// What applying an App Store Server Notification did.
+public enum NotificationOutcome: String, Sendable, Equatable {
+    /// The transaction is now recorded as revoked (`REFUND`, `REVOKE`).
+    case revoked
+    /// A revocation was cleared (`REFUND_REVERSED`).
+    case reinstated
+    /// A notification type the origin does not act on, or one older than the last applied
+    /// for its transaction; acknowledged and recorded as seen.
+    case ignored
+    /// This `notificationUUID` was applied before; nothing changed.
+    case duplicate
+}
+
+/// Where the origin records the App Store Server Notifications it applied and the transactions
+/// they revoked, and answers the gate's "was this refunded?".
+///
+/// `OriginStateStore` keeps them in the origin's SQLite file (one gate). `PostgresRefundStore`
+/// (CourierPostgres, `courier serve --state postgresql://…`) keeps them in PostgreSQL so a refund
+/// received by one gate is refused by every gate. Either way `apply` is durable before it
+/// returns (the 200 to Apple), and `isRevoked` answers from memory, asking no database.
+public protocol RefundStore: RevocationSource {
+    /// Applies a verified notification in one durable transaction: `REFUND` and `REVOKE` revoke
+    /// its transaction, `REFUND_REVERSED` reinstates it; a `notificationUUID` seen before changes
+    /// nothing; one signed before the last applied to its transaction changes nothing.
+    func apply(_ verified: VerifiedServerNotification, now: Date) async throws -> NotificationOutcome
+}
+
+extension OriginStateStore: RefundStore {}
+
 /// What the origin keeps across restarts: the App Store Server Notifications it applied and the
 /// transactions they revoked (`<storage>/origin.sqlite`, owner-only, SQLite with synchronous =
 /// FULL so a recorded notification is on disk before the origin answers 200).
@@ -18,17 +47,7 @@ public final class OriginStateStore: Sendable {
     private let revoked: RevokedSet
 
     /// What applying a notification did.
-    public enum Outcome: String, Sendable, Equatable {
-        /// The transaction is now recorded as revoked (`REFUND`, `REVOKE`).
-        case revoked
-        /// A revocation was cleared (`REFUND_REVERSED`).
-        case reinstated
-        /// A notification type the origin does not act on, or one older than the last applied
-        /// for its transaction; acknowledged and recorded as seen.
-        case ignored
-        /// This `notificationUUID` was applied before; nothing changed.
-        case duplicate
-    }
+    public typealias Outcome = NotificationOutcome
 
     /// Opens (creating if needed) the state file in `directory`, which is created owner-only
     /// (0700) if missing; the file is created 0600 before SQLite opens it.
@@ -152,7 +171,7 @@ public final class OriginStateStore: Sendable {
     }
 
     /// Whether a notification type revokes (true), reinstates (false) or is ignored (nil).
-    static func revokes(_ type: String) -> Bool? {
+    public static func revokes(_ type: String) -> Bool? {
         switch type {
         case "REFUND", "REVOKE": return true
         case "REFUND_REVERSED": return false
@@ -160,7 +179,7 @@ public final class OriginStateStore: Sendable {
         }
     }
 
-    static func milliseconds(_ date: Date) -> Int64 {
+    public static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())
     }
 
@@ -182,27 +201,34 @@ public final class OriginStateStore: Sendable {
 }
 
 /// The revoked transaction ids, shared by the gate's requests and the notification handler.
-final class RevokedSet: @unchecked Sendable {  // @unchecked: `ids` is guarded by `lock`.
+public final class RevokedSet: @unchecked Sendable {  // @unchecked: `ids` is guarded by `lock`.
     private let lock = NSLock()
     private var ids: Set<String>
 
-    init(_ ids: Set<String>) {
+    public init(_ ids: Set<String>) {
         self.ids = ids
     }
 
-    func contains(_ id: String) -> Bool {
+    /// Replaces the whole set (a store that reloaded it).
+    public func replace(with ids: Set<String>) {
+        lock.lock()
+        self.ids = ids
+        lock.unlock()
+    }
+
+    public func contains(_ id: String) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         return ids.contains(id)
     }
 
-    func insert(_ id: String) {
+    public func insert(_ id: String) {
         lock.lock()
         ids.insert(id)
         lock.unlock()
     }
 
-    func remove(_ id: String) {
+    public func remove(_ id: String) {
         lock.lock()
         ids.remove(id)
         lock.unlock()

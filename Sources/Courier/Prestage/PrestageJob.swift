@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import Metrics
 
 /// Downloads one package for pre-staging, resumably, verifying length and SHA-256 against the
 /// task's catalog entry. The production fetcher is the transfer engine (`TransferPackageFetcher`).
@@ -54,16 +55,44 @@ public struct PrestageSummary: Sendable {
     public var bytesFetched: Int64 { rows.reduce(0) { $0 + $1.bytesFetched } }
 }
 
-/// Settings of the pre-staging job.
-public struct PrestageConfiguration: Sendable {
+/// Settings of the pre-staging job (`prestage` in the configuration; flags override them).
+public struct PrestageConfiguration: Sendable, Codable, Equatable {
     /// Packages fetched and checked at once. Default 8.
     public var jobs: Int
     /// Seconds a package no catalog lists any more is kept before removal (clients may be resuming). Default 1 day.
     public var unlistedGrace: TimeInterval
+    /// The shared work queue, `postgresql://USER@HOST:PORT/DB` (`--queue`); nil runs in one process.
+    public var queue: String?
+    /// Seconds a worker's claim on a task lasts without a heartbeat (renewed every third of it
+    /// while the task runs); a killed worker's task is claimed again after this. Default 120.
+    public var leaseSeconds: Double
+    /// The prefix of this process's worker names (`<prefix>-<n>`); unique per process when many
+    /// processes share a queue. Default `worker`. Not read from the configuration file.
+    public var workerName: String
 
-    public init(jobs: Int = 8, unlistedGrace: TimeInterval = 86_400) {
+    public init(
+        jobs: Int = 8, unlistedGrace: TimeInterval = 86_400, queue: String? = nil, leaseSeconds: Double = 120,
+        workerName: String = "worker"
+    ) {
         self.jobs = jobs
         self.unlistedGrace = unlistedGrace
+        self.queue = queue
+        self.leaseSeconds = leaseSeconds
+        self.workerName = workerName
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case jobs, unlistedGrace, queue, leaseSeconds
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let defaults = PrestageConfiguration()
+        jobs = try container.decodeIfPresent(Int.self, forKey: .jobs) ?? defaults.jobs
+        unlistedGrace = try container.decodeIfPresent(TimeInterval.self, forKey: .unlistedGrace) ?? defaults.unlistedGrace
+        queue = try container.decodeIfPresent(String.self, forKey: .queue)
+        leaseSeconds = try container.decodeIfPresent(Double.self, forKey: .leaseSeconds) ?? defaults.leaseSeconds
+        workerName = defaults.workerName
     }
 }
 
@@ -74,6 +103,11 @@ public struct PrestageConfiguration: Sendable {
 /// previously published version, if any. Cancelling the calling task pauses: packages staged so
 /// far are published in the catalog, partial downloads keep their journals, and `run` throws
 /// `CourierError(.paused)`.
+///
+/// Metrics (swift-metrics; see docs/scaling.md): `courier_prestage_tasks_claimed_total`,
+/// `courier_prestage_tasks_staged_total`, `courier_prestage_tasks_failed_total` (by `code`),
+/// `courier_prestage_bytes_fetched_total`, `courier_prestage_leases_lost_total` and the timer
+/// `courier_prestage_task_duration_seconds`.
 public struct PrestageJob: Sendable {
     let tree: any StagingTree
     let fetcher: any PackageFetcher
@@ -98,31 +132,53 @@ public struct PrestageJob: Sendable {
         self.logger = logger
     }
 
-    public func run(_ plan: PrestagePlan, events: @escaping @Sendable (PrestageEvent) -> Void) async throws -> PrestageSummary {
-        events(
-            .planned(
-                tasks: plan.tasks.count,
-                bytes: plan.tasks.reduce(0) { $0 + $1.content.length },
-                unchanged: plan.unchanged.count,
-                refused: plan.refused.count
-            )
+    /// The same job over another work queue (a shared queue's run).
+    public func with(queue: any PrestageWorkQueue) -> PrestageJob {
+        PrestageJob(tree: tree, fetcher: fetcher, checker: checker, queue: queue, configuration: configuration, logger: logger)
+    }
+
+    /// The `planned` event of `plan`.
+    public static func plannedEvent(_ plan: PrestagePlan) -> PrestageEvent {
+        .planned(
+            tasks: plan.tasks.count,
+            bytes: plan.tasks.reduce(0) { $0 + $1.content.length },
+            unchanged: plan.unchanged.count,
+            refused: plan.refused.count
         )
+    }
+
+    public func run(_ plan: PrestagePlan, events: @escaping @Sendable (PrestageEvent) -> Void) async throws -> PrestageSummary {
+        events(Self.plannedEvent(plan))
+        try await queue.enqueue(plan.tasks)
+        try await work(tasks: plan.tasks.count, events: events)
+        let outcomes = try await queue.outcomes()
+        return try publish(plan, outcomes: outcomes, events: events)
+    }
+
+    /// Runs up to `jobs` workers (no more than `tasks`) that claim, stage and complete tasks
+    /// until the queue has nothing left for them or the calling task is cancelled.
+    public func work(tasks: Int, events: @escaping @Sendable (PrestageEvent) -> Void) async throws {
         let downloads = tree.workDirectory.appendingPathComponent("downloads", isDirectory: true)
         do {
             try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
         } catch {
             throw CourierError(.io, "cannot create \(downloads.path)", cause: "\(error)")
         }
-        try await queue.enqueue(plan.tasks)
-        let workers = max(1, min(configuration.jobs, plan.tasks.count))
+        let workers = max(1, min(configuration.jobs, tasks))
+        let prefix = configuration.workerName
         await withTaskGroup(of: Void.self) { group in
             for index in 0..<workers {
                 group.addTask {
-                    await work(worker: "worker-\(index)", downloads: downloads, events: events)
+                    await work(worker: "\(prefix)-\(index)", downloads: downloads, events: events)
                 }
             }
         }
-        let outcomes = try await queue.outcomes()
+    }
+
+    /// The summary of `plan` given its tasks' outcomes, and what the catalog would be.
+    public static func summarize(_ plan: PrestagePlan, outcomes: [String: PrestageOutcome])
+        -> (summary: PrestageSummary, catalog: Catalog, paused: Bool)
+    {
         var staged = Set<String>()
         var unpacked: [String: Int64] = [:]
         var rows: [PrestageSummary.Row] = []
@@ -147,6 +203,19 @@ public struct PrestageJob: Sendable {
             .init(contentIdentifier: $0.contentIdentifier, status: .refused, bytesFetched: 0, error: CourierError(.usage, $0.reason))
         }
         let catalog = plan.catalog(staged: staged, unpackedLengths: unpacked)
+        return (PrestageSummary(rows: rows, catalogChanged: false), catalog, paused)
+    }
+
+    /// Publishes the catalog of `plan` given its tasks' outcomes (when it differs from the one
+    /// published), removes unlisted packages after a complete run, and returns the summary;
+    /// throws `paused` when a task was interrupted.
+    public func publish(
+        _ plan: PrestagePlan,
+        outcomes: [String: PrestageOutcome],
+        events: @escaping @Sendable (PrestageEvent) -> Void
+    ) throws -> PrestageSummary {
+        var (summary, catalog, paused) = Self.summarize(plan, outcomes: outcomes)
+        catalog = PrestageManifests.attach(to: catalog, tree: tree)
         let changed = try tree.publishedCatalog() != catalog
         if changed {
             try tree.publishCatalog(catalog)
@@ -160,7 +229,8 @@ public struct PrestageJob: Sendable {
         if paused {
             throw CourierError(.paused, "pre-staging was interrupted", hint: "run the same command again to resume")
         }
-        return PrestageSummary(rows: rows, catalogChanged: changed)
+        summary.catalogChanged = changed
+        return summary
     }
 
     private func work(worker: String, downloads: URL, events: @escaping @Sendable (PrestageEvent) -> Void) async {
@@ -169,27 +239,92 @@ public struct PrestageJob: Sendable {
             do {
                 claimed = try await queue.claim(worker: worker)
             } catch {
-                logger.error("cannot claim pre-staging work", metadata: ["error": "\(error)"])
+                if !Task.isCancelled { logger.error("cannot claim pre-staging work", metadata: ["error": "\(error)"]) }
                 return
             }
-            guard let task = claimed else { return }
+            guard let task = claimed else {
+                do {
+                    if try await queue.awaitWork() { continue }
+                } catch where !Task.isCancelled {
+                    logger.error("cannot wait for pre-staging work", metadata: ["error": "\(error)"])
+                } catch {}
+                return
+            }
+            PrestageMetrics.claimed.increment()
             events(.started(task))
-            let outcome: PrestageOutcome
-            do {
-                let (bytes, unpacked) = try await stage(task, downloads: downloads, events: events)
-                outcome = .staged(bytesFetched: bytes, unpackedLength: unpacked)
+            let started = ContinuousClock.now
+            let outcome = await stageWithHeartbeat(task, worker: worker, downloads: downloads, events: events)
+            PrestageMetrics.taskDuration.record(duration: started.duration(to: .now))
+            switch outcome {
+            case .staged(let bytes, _):
+                PrestageMetrics.staged.increment()
+                PrestageMetrics.bytesFetched.increment(by: bytes)
                 events(.staged(task, bytesFetched: bytes))
-            } catch {
-                let failure = (error as? CourierError) ?? CourierError(.internal, "\(error)")
-                outcome = .failed(failure)
+            case .failed(let failure):
+                PrestageMetrics.failed(failure.code).increment()
                 events(.failed(task, failure))
                 logger.debug("pre-staging failed", metadata: ["download-id": "\(task.downloadId)", "error": "\(failure)"])
             }
             do {
-                try await queue.complete(task, outcome: outcome)
+                // Recorded even when the run is being cancelled (an interrupted task is handed back).
+                let queue = self.queue
+                let recorded = try await Task { try await queue.complete(task, worker: worker, outcome: outcome) }.value
+                if !recorded {
+                    PrestageMetrics.leasesLost.increment()
+                    logger.notice(
+                        "lost the lease on a pre-staging task; the worker that took it over records its outcome",
+                        metadata: ["download-id": "\(task.downloadId)", "worker": "\(worker)"])
+                }
             } catch {
                 logger.error("cannot record pre-staging work", metadata: ["download-id": "\(task.downloadId)", "error": "\(error)"])
             }
+        }
+    }
+
+    /// Stages `task`, renewing the worker's lease every `heartbeatInterval` while it runs.
+    private func stageWithHeartbeat(
+        _ task: PrestageTask,
+        worker: String,
+        downloads: URL,
+        events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async -> PrestageOutcome {
+        await withTaskGroup(of: PrestageOutcome?.self) { group in
+            group.addTask {
+                do {
+                    let (bytes, unpacked) = try await stage(task, downloads: downloads, events: events)
+                    return .staged(bytesFetched: bytes, unpackedLength: unpacked)
+                } catch {
+                    return .failed((error as? CourierError) ?? CourierError(.internal, "\(error)"))
+                }
+            }
+            if let interval = queue.heartbeatInterval {
+                let queue = self.queue
+                let logger = self.logger
+                group.addTask {
+                    while true {
+                        do {
+                            try await Task.sleep(for: interval)
+                            if try await !queue.renew(task, worker: worker) {
+                                logger.notice("the lease on a pre-staging task was lost", metadata: ["download-id": "\(task.downloadId)"])
+                                return nil
+                            }
+                        } catch is CancellationError {
+                            return nil
+                        } catch {
+                            // A missed heartbeat is retried at the next interval; the lease outlasts a few.
+                            logger.warning("cannot renew a pre-staging lease", metadata: ["error": "\(error)"])
+                        }
+                    }
+                }
+            }
+            var result: PrestageOutcome = .failed(CourierError(.internal, "the staging task ended without an outcome"))
+            for await outcome in group {
+                if let outcome {
+                    result = outcome
+                    group.cancelAll()
+                }
+            }
+            return result
         }
     }
 
@@ -217,7 +352,10 @@ public struct PrestageJob: Sendable {
             throw error
         }
         let tree = self.tree
-        try await Self.blocking { try tree.publishPackage(file, at: task.stagedPath) }
+        try await Self.blocking {
+            try PrestageManifests.publish(for: file, packagePath: task.stagedPath, in: tree, limits: PackageConfiguration())
+            try tree.publishPackage(file, at: task.stagedPath)
+        }
         return (fetched, unpacked)
     }
 
@@ -245,5 +383,20 @@ public struct PrestageJob: Sendable {
         }
         let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
         return length == task.content.length && digest == task.content.sha256.lowercased()
+    }
+}
+
+/// The pre-staging job's metrics (swift-metrics; names prefixed `courier_`, see docs/scaling.md).
+public enum PrestageMetrics {
+    static let claimed = Counter(label: "courier_prestage_tasks_claimed_total")
+    static let staged = Counter(label: "courier_prestage_tasks_staged_total")
+    static let bytesFetched = Counter(label: "courier_prestage_bytes_fetched_total")
+    static let leasesLost = Counter(label: "courier_prestage_leases_lost_total")
+    static let taskDuration = Metrics.Timer(label: "courier_prestage_task_duration_seconds", preferredDisplayUnit: .seconds)
+    /// Tasks claimed again after their previous worker's lease expired (a shared queue counts them).
+    public static let leaseExpiries = Counter(label: "courier_prestage_lease_expiries_total")
+
+    static func failed(_ code: CourierError.Code) -> Counter {
+        Counter(label: "courier_prestage_tasks_failed_total", dimensions: [("code", code.rawValue)])
     }
 }

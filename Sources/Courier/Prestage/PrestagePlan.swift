@@ -152,6 +152,54 @@ public struct PrestagePlan: Sendable {
         return Catalog(bundleId: upstream.bundleId, products: products)
     }
 
+    /// The plan as it was made, for a coordinator that takes over a run another one planned
+    /// (docs/scaling.md): the same tasks, and the same catalog once they are done.
+    public func encoded() throws -> Data {
+        let snapshot = Snapshot(
+            tasks: tasks, unchanged: unchanged,
+            refused: refused.map { Snapshot.Refusal(contentIdentifier: $0.contentIdentifier, reason: $0.reason) },
+            upstream: upstream, published: published, selection: selection.map { $0.sorted() }
+        )
+        do {
+            return try JSONEncoder().encode(snapshot)
+        } catch {
+            throw CourierError(.internal, "cannot encode the pre-staging plan", cause: "\(error)")
+        }
+    }
+
+    /// A plan `encoded()` before.
+    public static func decode(_ data: Data) throws -> PrestagePlan {
+        let snapshot: Snapshot
+        do {
+            snapshot = try JSONDecoder().decode(Snapshot.self, from: data)
+        } catch {
+            throw CourierError(.integrity, "the recorded pre-staging plan cannot be read", cause: "\(error)")
+        }
+        return PrestagePlan(snapshot: snapshot)
+    }
+
+    private init(snapshot: Snapshot) {
+        tasks = snapshot.tasks
+        unchanged = snapshot.unchanged
+        refused = snapshot.refused.map { ($0.contentIdentifier, $0.reason) }
+        upstream = snapshot.upstream
+        published = snapshot.published
+        selection = snapshot.selection.map(Set.init)
+    }
+
+    private struct Snapshot: Codable {
+        struct Refusal: Codable {
+            var contentIdentifier: String
+            var reason: String
+        }
+        var tasks: [PrestageTask]
+        var unchanged: [String]
+        var refused: [Refusal]
+        var upstream: Catalog
+        var published: Catalog?
+        var selection: [String]?
+    }
+
     static func isSafeIdentifier(_ identifier: String) -> Bool {
         guard !identifier.isEmpty, identifier.utf8.count <= 200, !identifier.hasPrefix(".") else { return false }
         return identifier.unicodeScalars.allSatisfy {

@@ -10,9 +10,10 @@ public final class PrestageRunner: Sendable {
     let tree: any StagingTree
     let job: PrestageJob
 
-    public init(configuration: CourierConfiguration, layout: StorageLayout, tree: any StagingTree, jobs: Int, logger: Logger)
-        throws
-    {
+    public init(
+        configuration: CourierConfiguration, layout: StorageLayout, tree: any StagingTree, jobs: Int,
+        workerName: String = "worker", logger: Logger
+    ) throws {
         var transfer = configuration.transfer
         transfer.maxConcurrentTransfers = jobs
         transfer.maxTransfersPerHost = jobs
@@ -24,7 +25,7 @@ public final class PrestageRunner: Sendable {
         self.tree = tree
         job = PrestageJob(
             tree: tree, fetcher: TransferPackageFetcher(engine: engine),
-            checker: InspectingPackageChecker(limits: configuration.packages), configuration: PrestageConfiguration(jobs: jobs),
+            checker: InspectingPackageChecker(limits: configuration.packages), configuration: PrestageConfiguration(jobs: jobs, workerName: workerName),
             logger: logger)
     }
 
@@ -40,8 +41,18 @@ public final class PrestageRunner: Sendable {
         catalog location: String, relativeTo base: URL, products: Set<String>?,
         events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> PrestageSummary {
-        let loaded = try await catalogLoader.load(location, relativeTo: base)
-        let plan = try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
+        let plan = try await plan(catalog: location, relativeTo: base, products: products)
         return try await job.run(plan, events: events)
+    }
+
+    /// Loads the upstream catalog at `location` and plans `products` against the tree.
+    public func plan(catalog location: String, relativeTo base: URL, products: Set<String>?) async throws -> PrestagePlan {
+        let loaded = try await catalogLoader.load(location, relativeTo: base)
+        return try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
+    }
+
+    /// The job of this runner over another work queue (a run shared through PostgreSQL).
+    public func job(queue: any PrestageWorkQueue) -> PrestageJob {
+        job.with(queue: queue)
     }
 }

@@ -7,21 +7,82 @@ public enum PrestageOutcome: Sendable, Equatable {
     case failed(CourierError)
 }
 
+extension PrestageOutcome: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case status, bytesFetched, unpackedLength, code, message, cause, hint
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        switch try container.decode(String.self, forKey: .status) {
+        case "staged":
+            self = .staged(
+                bytesFetched: try container.decode(Int64.self, forKey: .bytesFetched),
+                unpackedLength: try container.decodeIfPresent(Int64.self, forKey: .unpackedLength)
+            )
+        case "failed":
+            self = .failed(
+                CourierError(
+                    try container.decode(CourierError.Code.self, forKey: .code),
+                    try container.decode(String.self, forKey: .message),
+                    cause: try container.decodeIfPresent(String.self, forKey: .cause),
+                    hint: try container.decodeIfPresent(String.self, forKey: .hint)
+                )
+            )
+        case let other:
+            throw DecodingError.dataCorruptedError(forKey: .status, in: container, debugDescription: "unknown status \(other)")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .staged(let bytes, let unpacked):
+            try container.encode("staged", forKey: .status)
+            try container.encode(bytes, forKey: .bytesFetched)
+            try container.encodeIfPresent(unpacked, forKey: .unpackedLength)
+        case .failed(let error):
+            try container.encode("failed", forKey: .status)
+            try container.encode(error.code, forKey: .code)
+            try container.encode(error.message, forKey: .message)
+            try container.encodeIfPresent(error.cause, forKey: .cause)
+            try container.encodeIfPresent(error.hint, forKey: .hint)
+        }
+    }
+}
+
 /// The work of a pre-staging run, shared by its workers.
 ///
-/// One process uses `LocalWorkQueue`. Many workers on many machines would share a table in an
-/// existing engine instead (PostgreSQL: `SELECT … FOR UPDATE SKIP LOCKED` to claim, a lease that
-/// expires so a dead worker's task is claimed again); see docs/scaling.md. A claimed task must be
-/// completed exactly once; a task claimed again after a crash resumes from its journal.
+/// One process uses `LocalWorkQueue`. Many workers on many machines share a table in PostgreSQL
+/// instead (`PostgresWorkQueue` in CourierPostgres: `SELECT … FOR UPDATE SKIP LOCKED` to claim,
+/// a lease renewed by heartbeats that expires so a dead worker's task is claimed again); see
+/// docs/scaling.md. A task claimed again after a crash resumes from its journal.
 public protocol PrestageWorkQueue: Sendable {
     /// Adds tasks; a task already queued or claimed (same `downloadId`) is not added twice.
     func enqueue(_ tasks: [PrestageTask]) async throws
-    /// The next task for `worker`, or nil when none is left to claim.
+    /// The next task for `worker`, or nil when none is left to claim now.
     func claim(worker: String) async throws -> PrestageTask?
-    /// Records the outcome of a claimed task.
-    func complete(_ task: PrestageTask, outcome: PrestageOutcome) async throws
+    /// Records the outcome of a task `worker` claimed. Returns false, recording nothing, when the
+    /// task is no longer claimed by `worker` (its lease expired and another worker took it over).
+    /// A `paused` or `cancelled` failure may instead hand the task back for another worker.
+    @discardableResult
+    func complete(_ task: PrestageTask, worker: String, outcome: PrestageOutcome) async throws -> Bool
+    /// Extends `worker`'s lease on `task`; false when it no longer holds it.
+    func renew(_ task: PrestageTask, worker: String) async throws -> Bool
+    /// How often a worker renews its lease while it stages a task; nil when leases never expire.
+    var heartbeatInterval: Duration? { get }
+    /// Called by a worker that found nothing to claim: waits until a task may be claimable again
+    /// (another worker's lease expired) and returns true, or returns false once no task of the
+    /// run will ever be claimable (every one is staged or failed).
+    func awaitWork() async throws -> Bool
     /// Every outcome recorded so far, by content identifier.
     func outcomes() async throws -> [String: PrestageOutcome]
+}
+
+extension PrestageWorkQueue {
+    public func renew(_ task: PrestageTask, worker: String) async throws -> Bool { true }
+    public var heartbeatInterval: Duration? { nil }
+    public func awaitWork() async throws -> Bool { false }
 }
 
 /// The in-process work queue: tasks in catalog order, claimed one at a time.
@@ -48,9 +109,12 @@ public actor LocalWorkQueue: PrestageWorkQueue {
         return task
     }
 
-    public func complete(_ task: PrestageTask, outcome: PrestageOutcome) {
+    @discardableResult
+    public func complete(_ task: PrestageTask, worker: String, outcome: PrestageOutcome) -> Bool {
+        guard claimed[task.downloadId] == worker else { return false }
         claimed[task.downloadId] = nil
         results[task.contentIdentifier] = outcome
+        return true
     }
 
     public func outcomes() -> [String: PrestageOutcome] {

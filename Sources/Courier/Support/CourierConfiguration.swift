@@ -15,6 +15,8 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     public var packages: PackageConfiguration
     public var placement: PlacementConfiguration
     public var queue: QueueConfiguration
+    /// `courier prestage`: jobs, the shared queue (`prestage.queue`), leases.
+    public var prestage: PrestageConfiguration = .init()
 
     /// The folder relative paths in this configuration are resolved against: the folder of the
     /// file it was loaded from, or the current directory.
@@ -45,7 +47,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case catalog, transfer, receipts, packages, placement, queue
+        case catalog, transfer, receipts, packages, placement, queue, prestage
     }
 
     public init(from decoder: any Decoder) throws {
@@ -57,6 +59,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         packages = try container.decode(.packages, or: defaults.packages)
         placement = try container.decode(.placement, or: defaults.placement)
         queue = try container.decode(.queue, or: defaults.queue)
+        prestage = try container.decode(.prestage, or: defaults.prestage)
         shareTransferSettings()
     }
 

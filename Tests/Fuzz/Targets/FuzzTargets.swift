@@ -1,6 +1,7 @@
 import Foundation
 
 @testable import Courier
+@testable import CourierPostgres
 @testable import CourierServer
 
 /// The parsers of untrusted bytes, one fuzz target each (issue 10, "Fuzz every parser").
@@ -14,7 +15,7 @@ public enum FuzzTargets {
     /// The target names, as `scripts/fuzz TARGET` and the regression folders spell them.
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
-        "notification", "response-head", "request-path",
+        "notification", "response-head", "request-path", "postgres-url",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -32,6 +33,7 @@ public enum FuzzTargets {
         case "notification": notification(data)
         case "response-head": responseHead(data)
         case "request-path": requestPath(data)
+        case "postgres-url": postgresURL(data)
         default: return false
         }
         return true
@@ -129,6 +131,18 @@ public enum FuzzTargets {
             if let content = product.content {
                 _ = Catalog.resolve(content.url, relativeTo: URL(string: "https://cdn.example.com/catalog.json"))
             }
+        }
+    }
+
+    /// A PostgreSQL URL (`--queue`, `--state`, `prestage.queue`); whatever it accepts has a
+    /// database and a port in range, and its description never shows the password.
+    static func postgresURL(_ data: Data) {
+        let text = String(decoding: data, as: UTF8.self)
+        _ = PostgresURL.redacted(text)
+        guard let url = try? PostgresURL(parsing: text) else { return }
+        precondition((1...65535).contains(url.port) && !url.database.isEmpty && !url.user.isEmpty)
+        if let password = url.password, !password.isEmpty, password.count > 3 {
+            precondition(!url.description.contains(":\(password)@"))
         }
     }
 

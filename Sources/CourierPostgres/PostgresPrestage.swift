@@ -1,0 +1,228 @@
+import Courier
+import Foundation
+import Logging
+import PostgresNIO
+
+/// `courier prestage --queue postgresql://…`: one pre-staging run shared by every process that
+/// runs the same command against the same database and staging tree (docs/scaling.md).
+///
+/// Each process migrates the schema, then loops:
+/// - The process holding the run key's session advisory lock (`pg_try_advisory_lock`, on a
+///   connection of its own, released by PostgreSQL when that connection dies) is the
+///   **coordinator**. With no open run it plans one against the tree; a plan with nothing to
+///   fetch inserts nothing, publishes the catalog only if it changed, and ends the process.
+///   Otherwise it inserts the run (its plan) and its tasks in one transaction.
+/// - Every process, coordinator or not, works on the open run with `jobs` workers over a
+///   `PostgresWorkQueue` until no task of the run is waiting or claimed.
+/// - Then the coordinator (or, if it died, the process that takes the lock next) publishes the
+///   catalog from the recorded outcomes, once, and marks the run published. The others wait for
+///   that and end with the same summary: exit 0, or 1 naming the packages that failed.
+///
+/// A process interrupted by SIGINT/SIGTERM hands its claimed tasks back and ends `paused` (7);
+/// the run goes on with the others.
+public struct PostgresPrestage: Sendable {
+    public let url: PostgresURL
+    let runner: PrestageRunner
+    let lease: Duration
+    let pollInterval: Duration
+    let logger: Logger
+
+    public init(
+        url: PostgresURL, runner: PrestageRunner, lease: Duration = .seconds(120),
+        pollInterval: Duration = .milliseconds(250), logger: Logger
+    ) {
+        self.url = url
+        self.runner = runner
+        self.lease = lease
+        self.pollInterval = pollInterval
+        self.logger = logger
+    }
+
+    /// The key of the run a command line joins: the staging tree and the product selection.
+    /// Every machine must name the same tree the same way (the same mount path).
+    public static func runKey(dest: URL, products: Set<String>?) -> String {
+        var key = "dest=" + dest.standardizedFileURL.path
+        if let products { key += "\nproducts=" + products.sorted().joined(separator: ",") }
+        return key
+    }
+
+    public func run(
+        catalog location: String, relativeTo base: URL, products: Set<String>?, runKey: String,
+        events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async throws -> PrestageSummary {
+        let client = PostgresClient(configuration: try url.clientConfiguration, backgroundLogger: logger)
+        // Not a child of this task: when SIGINT cancels the run, the workers still hand their
+        // tasks back through the client before it stops.
+        let pool = Task { await client.run() }
+        defer { pool.cancel() }
+        return try await coordinate(
+            client: client, catalog: location, relativeTo: base, products: products, runKey: runKey, events: events)
+    }
+
+    private func coordinate(
+        client: PostgresClient, catalog location: String, relativeTo base: URL, products: Set<String>?, runKey: String,
+        events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async throws -> PrestageSummary {
+        try await PostgresSchema.migrate(client, logger: logger)
+        let lock: PostgresConnection
+        do {
+            lock = try await PostgresConnection.connect(
+                configuration: try url.connectionConfiguration, id: 1, logger: logger)
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot connect to PostgreSQL at \(url)")
+        }
+        do {
+            let summary = try await coordinate(
+                client: client, lock: lock, catalog: location, relativeTo: base, products: products, runKey: runKey,
+                events: events)
+            try? await lock.close()
+            return summary
+        } catch {
+            try? await lock.close()
+            throw error
+        }
+    }
+
+    private func coordinate(
+        client: PostgresClient, lock: PostgresConnection, catalog location: String, relativeTo base: URL,
+        products: Set<String>?, runKey: String, events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async throws -> PrestageSummary {
+        let runs = RunTable(client: client, logger: logger)
+        var coordinator = false
+        while true {
+            try checkInterrupted()
+            if !coordinator { coordinator = try await runs.tryLock(runKey, on: lock) }
+            var open = try await runs.openRun(runKey)
+            if open == nil {
+                guard coordinator else {
+                    // Another process is planning (or just finished a run): look again shortly.
+                    try await pause()
+                    continue
+                }
+                let plan = try await runner.plan(catalog: location, relativeTo: base, products: products)
+                if plan.tasks.isEmpty {
+                    events(PrestageJob.plannedEvent(plan))
+                    logger.debug("nothing new to stage; no run inserted")
+                    return try runner.job(queue: LocalWorkQueue()).publish(plan, outcomes: [:], events: events)
+                }
+                let runId = try await runs.insert(runKey, plan: plan)
+                events(PrestageJob.plannedEvent(plan))
+                logger.debug("coordinator: planned a run", metadata: ["run": "\(runId)", "tasks": "\(plan.tasks.count)"])
+                open = (runId, plan)
+            }
+            guard let (runId, plan) = open else { continue }
+            let queue = queue(client, runId: runId)
+            let job = runner.job(queue: queue)
+            try await job.work(tasks: plan.tasks.count, events: events)
+            try checkInterrupted()
+            // Every task is staged or failed; the catalog is published once, by the coordinator.
+            while true {
+                if !coordinator {
+                    if try await runs.isPublished(runId) {
+                        return PrestageJob.summarize(plan, outcomes: try await queue.outcomes()).summary
+                    }
+                    coordinator = try await runs.tryLock(runKey, on: lock)
+                }
+                if coordinator {
+                    let summary = try job.publish(plan, outcomes: try await queue.outcomes(), events: events)
+                    try await runs.markPublished(runId)
+                    return summary
+                }
+                try checkInterrupted()
+                try await pause()
+            }
+        }
+    }
+
+    private func queue(_ client: PostgresClient, runId: Int64) -> PostgresWorkQueue {
+        PostgresWorkQueue(client: client, runId: runId, lease: lease, pollInterval: pollInterval, logger: logger)
+    }
+
+    private func pause() async throws {
+        do {
+            try await Task.sleep(for: pollInterval)
+        } catch {
+            try checkInterrupted()
+        }
+    }
+
+    private func checkInterrupted() throws {
+        if Task.isCancelled {
+            throw CourierError(
+                .paused, "this worker was interrupted; the run goes on with the other workers",
+                hint: "run the same command again to rejoin the run")
+        }
+    }
+}
+
+/// `prestage_run`: the runs, their plans and the coordinator's lock.
+struct RunTable: Sendable {
+    let client: PostgresClient
+    let logger: Logger
+
+    /// Takes the run key's session advisory lock on `connection` (kept until it closes).
+    func tryLock(_ key: String, on connection: PostgresConnection) async throws -> Bool {
+        try await perform("cannot take the coordinator's lock in PostgreSQL") {
+            let rows = try await connection.query(
+                "SELECT pg_try_advisory_lock(hashtextextended(\(key), 0))", logger: logger)
+            for try await locked in rows.decode(Bool.self) {
+                if locked { logger.debug("this process is the coordinator") }
+                return locked
+            }
+            return false
+        }
+    }
+
+    /// The open run of `key` and its plan, if any.
+    func openRun(_ key: String) async throws -> (Int64, PrestagePlan)? {
+        let found: (Int64, String)? = try await perform("cannot read the open run in PostgreSQL") {
+            let rows = try await client.query(
+                "SELECT run_id, plan::text FROM prestage_run WHERE run_key = \(key) AND state = 'running'", logger: logger)
+            for try await row in rows.decode((Int64, String).self) { return row }
+            return nil
+        }
+        guard let (runId, document) = found else { return nil }
+        return (runId, try PrestagePlan.decode(Data(document.utf8)))
+    }
+
+    /// Inserts a run and its tasks in one transaction; returns its id.
+    func insert(_ key: String, plan: PrestagePlan) async throws -> Int64 {
+        let document = String(decoding: try plan.encoded(), as: UTF8.self)
+        return try await perform("cannot insert the run in PostgreSQL") {
+            try await client.withTransaction(logger: logger) { connection in
+                let rows = try await connection.query(
+                    "INSERT INTO prestage_run (run_key, plan) VALUES (\(key), \(document)::jsonb) RETURNING run_id", logger: logger)
+                var inserted: Int64?
+                for try await id in rows.decode(Int64.self) { inserted = id }
+                guard let runId = inserted else { throw CourierError(.internal, "PostgreSQL returned no run id") }
+                try await connection.query(try PostgresWorkQueue.insertQuery(runId: runId, tasks: plan.tasks), logger: logger)
+                return runId
+            }
+        }
+    }
+
+    func markPublished(_ runId: Int64) async throws {
+        try await perform("cannot mark the run published in PostgreSQL") {
+            try await client.query(
+                "UPDATE prestage_run SET state = 'published', published_at = now() WHERE run_id = \(runId) AND state = 'running'",
+                logger: logger)
+        }
+    }
+
+    func isPublished(_ runId: Int64) async throws -> Bool {
+        try await perform("cannot read the run's state in PostgreSQL") {
+            let rows = try await client.query("SELECT state FROM prestage_run WHERE run_id = \(runId)", logger: logger)
+            for try await state in rows.decode(String.self) { return state == "published" }
+            return true
+        }
+    }
+
+    @discardableResult
+    private func perform<T>(_ message: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch {
+            throw PostgresErrors.wrap(error, message)
+        }
+    }
+}

@@ -1,0 +1,188 @@
+import Courier
+import CourierServer
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+
+/// The origin's refunds in PostgreSQL, shared by every gate (`courier serve --state
+/// postgresql://…`): the same records and rules as `OriginStateStore`'s SQLite tables, in
+/// `origin_notification` and `origin_transaction_status`.
+///
+/// `apply` commits before it returns (the 200 to Apple) and, in the same transaction, sends
+/// `NOTIFY courier_refunds`; every gate LISTENs and updates its in-memory set at once, and
+/// reloads the whole set every `refreshInterval` in case a notification was missed while its
+/// LISTEN connection was down. `isRevoked` answers from memory. `open` migrates the schema and
+/// loads the set before the gate answers anyone; `run()` (a Service) keeps the pool, the LISTEN
+/// and the reloads going until graceful shutdown.
+public final class PostgresRefundStore: RefundStore, Service, Sendable {
+    public let url: PostgresURL
+    let client: PostgresClient
+    let revoked: RevokedSet
+    let refreshInterval: Duration
+    let logger: Logger
+    static let channel = "courier_refunds"
+
+    private init(url: PostgresURL, client: PostgresClient, revoked: RevokedSet, refreshInterval: Duration, logger: Logger) {
+        self.url = url
+        self.client = client
+        self.revoked = revoked
+        self.refreshInterval = refreshInterval
+        self.logger = logger
+    }
+
+    /// Connects to `url`, creates or migrates the schema and loads the revoked transactions.
+    public static func open(url: PostgresURL, refreshInterval: Duration = .seconds(10), logger: Logger) async throws
+        -> PostgresRefundStore
+    {
+        let ids: Set<String>
+        do {
+            let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: logger)
+            do {
+                try await PostgresSchema.migrate(connection: connection, logger: logger)
+                ids = try await loadRevoked(connection.query(selectRevoked, logger: logger))
+                try? await connection.close()
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot open the origin's refunds in PostgreSQL at \(url)")
+        }
+        let client = PostgresClient(configuration: try url.clientConfiguration, backgroundLogger: logger)
+        return PostgresRefundStore(url: url, client: client, revoked: RevokedSet(ids), refreshInterval: refreshInterval, logger: logger)
+    }
+
+    public func isRevoked(_ transactionId: String) -> Bool {
+        revoked.contains(transactionId)
+    }
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.client.run() }
+                group.addTask { await self.listen() }
+                group.addTask { await self.refreshPeriodically() }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    public func apply(_ verified: VerifiedServerNotification, now: Date) async throws -> NotificationOutcome {
+        let notification = verified.notification
+        let type = notification.notificationType
+        let transaction = verified.transaction
+        let signed = OriginStateStore.milliseconds(notification.signedDate ?? now)
+        let received = OriginStateStore.milliseconds(now)
+        let signedColumn = notification.signedDate.map { OriginStateStore.milliseconds($0) }
+        let logger = self.logger
+        let outcome: NotificationOutcome
+        do {
+            outcome = try await client.withTransaction(logger: logger) { connection -> NotificationOutcome in
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO origin_notification
+                        (notification_uuid, notification_type, subtype, transaction_id, signed_date, received_at)
+                    VALUES (\(notification.notificationUUID), \(type), \(notification.subtype), \(transaction?.transactionId),
+                            \(signedColumn), \(received))
+                    ON CONFLICT (notification_uuid) DO NOTHING
+                    RETURNING 1
+                    """, logger: logger)
+                var fresh = false
+                for try await _ in inserted { fresh = true }
+                guard fresh else { return .duplicate }
+                guard let transaction, let revoke = OriginStateStore.revokes(type) else { return .ignored }
+                // One notification at a time per transaction, whichever gate received it.
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(\(transaction.transactionId), 1))", logger: logger)
+                let last = try await connection.query(
+                    "SELECT signed_date FROM origin_transaction_status WHERE transaction_id = \(transaction.transactionId)",
+                    logger: logger)
+                for try await lastSigned in last.decode(Int64.self) where lastSigned > signed { return .ignored }
+                try await connection.query(
+                    """
+                    INSERT INTO origin_transaction_status
+                        (transaction_id, original_transaction_id, product_id, revoked, notification_type, notification_uuid,
+                         signed_date, updated_at)
+                    VALUES (\(transaction.transactionId), \(transaction.originalTransactionId), \(transaction.productId),
+                            \(revoke), \(type), \(notification.notificationUUID), \(signed), \(received))
+                    ON CONFLICT (transaction_id) DO UPDATE SET
+                        revoked = excluded.revoked, notification_type = excluded.notification_type,
+                        notification_uuid = excluded.notification_uuid, signed_date = excluded.signed_date,
+                        updated_at = excluded.updated_at
+                    """, logger: logger)
+                let message = (revoke ? "1" : "0") + transaction.transactionId
+                try await connection.query("SELECT pg_notify(\(Self.channel), \(message))", logger: logger)
+                return revoke ? .revoked : .reinstated
+            }
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot record the notification in PostgreSQL at \(url)")
+        }
+        if let transaction {
+            switch outcome {
+            case .revoked: revoked.insert(transaction.transactionId)
+            case .reinstated: revoked.remove(transaction.transactionId)
+            case .ignored, .duplicate: break
+            }
+        }
+        return outcome
+    }
+
+    /// Reloads the whole set from the database now.
+    public func refresh() async throws {
+        do {
+            revoked.replace(with: try await Self.loadRevoked(client.query(Self.selectRevoked, logger: logger)))
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot reload the origin's refunds from PostgreSQL at \(url)")
+        }
+    }
+
+    static var selectRevoked: PostgresQuery { "SELECT transaction_id FROM origin_transaction_status WHERE revoked" }
+
+    static func loadRevoked(_ rows: PostgresRowSequence) async throws -> Set<String> {
+        var ids = Set<String>()
+        for try await id in rows.decode(String.self) { ids.insert(id) }
+        return ids
+    }
+
+    /// LISTENs for other gates' refunds; reconnects after a pause when the connection drops.
+    private func listen() async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: Self.channel) { notifications in
+                        // Anything committed before the LISTEN began is in a full reload.
+                        try await self.refresh()
+                        for try await notification in notifications {
+                            self.applyNotification(notification.payload)
+                        }
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("lost the PostgreSQL refunds channel; retrying", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    private func applyNotification(_ payload: String) {
+        guard let first = payload.first else { return }
+        let id = String(payload.dropFirst())
+        if first == "1" { revoked.insert(id) } else if first == "0" { revoked.remove(id) }
+    }
+
+    private func refreshPeriodically() async {
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: refreshInterval)
+                try await refresh()
+            } catch is CancellationError {
+                return
+            } catch {
+                logger.warning("cannot reload the refunds from PostgreSQL", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}

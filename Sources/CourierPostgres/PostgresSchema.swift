@@ -1,0 +1,162 @@
+import Courier
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The tables Courier keeps in PostgreSQL, created and migrated by Courier itself.
+///
+/// Every migration is here, in order; `courier_schema_version` holds one row per migration
+/// applied. Migrating takes a transaction-scoped advisory lock first, so processes starting at
+/// the same moment migrate once. A database migrated by a newer Courier (a version this one does
+/// not know) is refused rather than used.
+public enum PostgresSchema {
+    /// One migration: its version and its statements (constant SQL, no parameters).
+    struct Migration {
+        let version: Int
+        let statements: [String]
+    }
+
+    /// The advisory lock key that serialises migrations (any constant shared by every Courier).
+    static let migrationLock: Int64 = 0x436F_7572_6965_7201  // "Courier\x01"
+
+    static let migrations: [Migration] = [
+        Migration(
+            version: 1,
+            statements: [
+                // A pre-staging run: the plan its coordinator made (so another coordinator can
+                // publish it) and whether its catalog is published. One open run per key.
+                """
+                CREATE TABLE prestage_run (
+                    run_id        bigserial   PRIMARY KEY,
+                    run_key       text        NOT NULL,
+                    plan          jsonb       NOT NULL,
+                    state         text        NOT NULL DEFAULT 'running' CHECK (state IN ('running', 'published')),
+                    created_at    timestamptz NOT NULL DEFAULT now(),
+                    published_at  timestamptz
+                )
+                """,
+                "CREATE UNIQUE INDEX prestage_run_open ON prestage_run (run_key) WHERE state = 'running'",
+                """
+                CREATE TABLE prestage_task (
+                    run_id             bigint      NOT NULL REFERENCES prestage_run ON DELETE CASCADE,
+                    download_id        text        NOT NULL,
+                    content_identifier text        NOT NULL,
+                    task               jsonb       NOT NULL,
+                    state              text        NOT NULL DEFAULT 'waiting'
+                                                   CHECK (state IN ('waiting', 'claimed', 'staged', 'failed')),
+                    worker             text,
+                    lease_expires_at   timestamptz,
+                    attempts           int         NOT NULL DEFAULT 0,
+                    outcome            jsonb,
+                    PRIMARY KEY (run_id, download_id)
+                )
+                """,
+                "CREATE INDEX prestage_task_claimable ON prestage_task (run_id, state, lease_expires_at)",
+                // The origin's App Store Server Notifications and the transactions they revoked,
+                // shared by every gate (the SQLite tables of OriginStateStore, same meaning).
+                """
+                CREATE TABLE origin_notification (
+                    notification_uuid text   PRIMARY KEY,
+                    notification_type text   NOT NULL,
+                    subtype           text,
+                    transaction_id    text,
+                    signed_date       bigint,
+                    received_at       bigint NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE origin_transaction_status (
+                    transaction_id          text    PRIMARY KEY,
+                    original_transaction_id text    NOT NULL,
+                    product_id              text    NOT NULL,
+                    revoked                 boolean NOT NULL,
+                    notification_type       text    NOT NULL,
+                    notification_uuid       text    NOT NULL,
+                    signed_date             bigint  NOT NULL,
+                    updated_at              bigint  NOT NULL
+                )
+                """,
+            ]
+        )
+    ]
+
+    /// The newest schema version this Courier knows.
+    public static var currentVersion: Int { migrations.last?.version ?? 0 }
+
+    /// Creates or migrates the schema; returns the version the database is at.
+    @discardableResult
+    public static func migrate(_ client: PostgresClient, logger: Logger) async throws -> Int {
+        do {
+            return try await client.withConnection { connection in try await migrate(connection: connection, logger: logger) }
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot create or migrate Courier's tables in PostgreSQL")
+        }
+    }
+
+    /// `migrate` on one connection.
+    @discardableResult
+    public static func migrate(connection: PostgresConnection, logger: Logger) async throws -> Int {
+        do {
+            return try await connection.withTransaction(logger: logger) { connection in
+                try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+                try await connection.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS courier_schema_version (
+                        version    int         PRIMARY KEY,
+                        applied_at timestamptz NOT NULL DEFAULT now()
+                    )
+                    """,
+                    logger: logger)
+                var version = 0
+                for try await value in try await connection.query(
+                    "SELECT coalesce(max(version), 0) FROM courier_schema_version", logger: logger
+                ).decode(Int.self) {
+                    version = value
+                }
+                guard version <= currentVersion else {
+                    throw CourierError(
+                        .usage,
+                        "the PostgreSQL schema is at version \(version), newer than this courier knows (\(currentVersion))",
+                        hint: "run a courier at least as new as the one that migrated the database")
+                }
+                for migration in migrations where migration.version > version {
+                    for statement in migration.statements {
+                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    }
+                    try await connection.query(
+                        "INSERT INTO courier_schema_version (version) VALUES (\(migration.version))", logger: logger)
+                    logger.debug("migrated the PostgreSQL schema", metadata: ["version": "\(migration.version)"])
+                }
+                return max(version, currentVersion)
+            }
+        } catch let error as CourierError {
+            throw error
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot create or migrate Courier's tables in PostgreSQL")
+        }
+    }
+}
+
+/// PostgreSQL errors as `CourierError`s: a connection that cannot be made or is lost is
+/// `network` (exit 5); anything the server refused is `io` with the server's message.
+enum PostgresErrors {
+    static func wrap(_ error: any Error, _ message: String) -> CourierError {
+        if let error = error as? CourierError { return error }
+        if let error = error as? PSQLError {
+            if let server = error.serverInfo {
+                let text = [server[.sqlState], server[.message], server[.detail]].compactMap { $0 }.joined(separator: ": ")
+                return CourierError(.io, message, cause: text)
+            }
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .uncleanShutdown, .sslUnsupported, .failedToAddSSLHandler:
+                return CourierError(
+                    .network, message, cause: "\(error.code)\(error.underlying.map { ": \($0)" } ?? "")",
+                    hint: "check that PostgreSQL is running and reachable at the URL given")
+            default:
+                return CourierError(.io, message, cause: "\(error.code)")
+            }
+        }
+        if error is CancellationError { return CourierError(.paused, message, cause: "cancelled") }
+        return CourierError(.network, message, cause: "\(error)")
+    }
+}

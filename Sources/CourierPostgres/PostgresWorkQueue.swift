@@ -1,0 +1,219 @@
+import Courier
+import Foundation
+import Logging
+import PostgresNIO
+
+/// One pre-staging run's tasks in PostgreSQL (`prestage_task`), shared by every worker of every
+/// process that joined the run (docs/scaling.md).
+///
+/// `claim` takes the first waiting task, or one whose lease expired, with `FOR UPDATE SKIP LOCKED`
+/// so workers never wait on each other's rows, and gives it a lease of `lease`; the job renews it
+/// every third of that while it stages (`renew`). `complete` records an outcome only if the row is
+/// still claimed by the same worker, so a worker whose lease expired cannot overwrite the outcome
+/// of the one that took over; a paused or cancelled task is handed back instead (waiting). A task
+/// whose lease expired `maxAttempts` times (its workers kept dying) fails rather than loop forever.
+public struct PostgresWorkQueue: PrestageWorkQueue {
+    let client: PostgresClient
+    public let runId: Int64
+    public let lease: Duration
+    let maxAttempts: Int
+    let pollInterval: Duration
+    let logger: Logger
+
+    public init(
+        client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
+        pollInterval: Duration = .milliseconds(250), logger: Logger
+    ) {
+        self.client = client
+        self.runId = runId
+        self.lease = lease
+        self.maxAttempts = maxAttempts
+        self.pollInterval = pollInterval
+        self.logger = logger
+    }
+
+    var leaseSeconds: Double {
+        let (seconds, attoseconds) = lease.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+
+    public var heartbeatInterval: Duration? { lease / 3 }
+
+    public func enqueue(_ tasks: [PrestageTask]) async throws {
+        guard !tasks.isEmpty else { return }
+        let query = try Self.insertQuery(runId: runId, tasks: tasks)
+        try await perform("cannot queue the run's tasks in PostgreSQL") {
+            try await client.query(query, logger: logger)
+        }
+    }
+
+    /// Inserts `tasks` into run `runId`, skipping any already there (same `downloadId`).
+    static func insertQuery(runId: Int64, tasks: [PrestageTask]) throws -> PostgresQuery {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        var ids: [String] = []
+        var identifiers: [String] = []
+        var documents: [String] = []
+        for task in tasks {
+            ids.append(task.downloadId)
+            identifiers.append(task.contentIdentifier)
+            do {
+                documents.append(String(decoding: try encoder.encode(task), as: UTF8.self))
+            } catch {
+                throw CourierError(.internal, "cannot encode a pre-staging task", cause: "\(error)")
+            }
+        }
+        return """
+            INSERT INTO prestage_task (run_id, download_id, content_identifier, task)
+            SELECT \(runId), d, c, t::jsonb FROM unnest(\(ids)::text[], \(identifiers)::text[], \(documents)::text[]) AS x(d, c, t)
+            ON CONFLICT (run_id, download_id) DO NOTHING
+            """
+    }
+
+    public func claim(worker: String) async throws -> PrestageTask? {
+        try await perform("cannot claim a pre-staging task in PostgreSQL") {
+            let rows = try await client.query(
+                """
+                WITH next AS (
+                    SELECT download_id, state AS previous FROM prestage_task
+                    WHERE run_id = \(runId)
+                      AND (state = 'waiting' OR (state = 'claimed' AND lease_expires_at < now() AND attempts < \(maxAttempts)))
+                    ORDER BY download_id
+                    LIMIT 1
+                    FOR UPDATE SKIP LOCKED)
+                UPDATE prestage_task AS t
+                SET state = 'claimed', worker = \(worker), attempts = t.attempts + 1,
+                    lease_expires_at = now() + make_interval(secs => \(leaseSeconds))
+                FROM next
+                WHERE t.run_id = \(runId) AND t.download_id = next.download_id
+                RETURNING t.task::text, next.previous
+                """, logger: logger)
+            for try await (document, previous) in rows.decode((String, String).self) {
+                if previous == "claimed" {
+                    PrestageMetrics.leaseExpiries.increment()
+                    logger.notice("took over a pre-staging task whose lease expired", metadata: ["worker": "\(worker)"])
+                }
+                do {
+                    return try JSONDecoder().decode(PrestageTask.self, from: Data(document.utf8))
+                } catch {
+                    throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
+                }
+            }
+            return nil
+        }
+    }
+
+    @discardableResult
+    public func complete(_ task: PrestageTask, worker: String, outcome: PrestageOutcome) async throws -> Bool {
+        if case .failed(let error) = outcome, error.code == .paused || error.code == .cancelled {
+            // Interrupted here, not failed: hand it back for another worker (or this one, later).
+            return try await updated("cannot hand a pre-staging task back in PostgreSQL") {
+                try await client.query(
+                    """
+                    UPDATE prestage_task SET state = 'waiting', worker = NULL, lease_expires_at = NULL
+                    WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
+                    RETURNING 1
+                    """, logger: logger)
+            }
+        }
+        let state: String
+        if case .staged = outcome { state = "staged" } else { state = "failed" }
+        let document = try Self.encode(outcome)
+        return try await updated("cannot record a pre-staging outcome in PostgreSQL") {
+            try await client.query(
+                """
+                UPDATE prestage_task SET state = \(state), outcome = \(document)::jsonb, lease_expires_at = NULL
+                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
+                RETURNING 1
+                """, logger: logger)
+        }
+    }
+
+    public func renew(_ task: PrestageTask, worker: String) async throws -> Bool {
+        try await updated("cannot renew a pre-staging lease in PostgreSQL") {
+            try await client.query(
+                """
+                UPDATE prestage_task SET lease_expires_at = now() + make_interval(secs => \(leaseSeconds))
+                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
+                RETURNING 1
+                """, logger: logger)
+        }
+    }
+
+    public func awaitWork() async throws -> Bool {
+        while true {
+            let progress = try await self.progress()
+            if progress.open == 0 { return false }
+            if progress.claimable > 0 { return true }
+            try await Task.sleep(for: pollInterval)
+        }
+    }
+
+    /// The run's tasks: how many are not yet staged or failed, and how many can be claimed now.
+    /// Fails the tasks whose lease expired `maxAttempts` times first.
+    public func progress() async throws -> (open: Int, claimable: Int) {
+        let exhausted = try Self.encode(
+            .failed(CourierError(.internal, "its lease expired \(maxAttempts) times: the workers that claimed it stopped")))
+        return try await perform("cannot read the run's progress in PostgreSQL") {
+            try await client.query(
+                """
+                UPDATE prestage_task SET state = 'failed', outcome = \(exhausted)::jsonb, lease_expires_at = NULL
+                WHERE run_id = \(runId) AND state = 'claimed' AND lease_expires_at < now() AND attempts >= \(maxAttempts)
+                """, logger: logger)
+            let rows = try await client.query(
+                """
+                SELECT count(*) FILTER (WHERE state IN ('waiting', 'claimed')),
+                       count(*) FILTER (WHERE state = 'waiting' OR (state = 'claimed' AND lease_expires_at < now()))
+                FROM prestage_task WHERE run_id = \(runId)
+                """, logger: logger)
+            for try await (open, claimable) in rows.decode((Int64, Int64).self) {
+                return (Int(open), Int(claimable))
+            }
+            return (0, 0)
+        }
+    }
+
+    public func outcomes() async throws -> [String: PrestageOutcome] {
+        try await perform("cannot read the run's outcomes in PostgreSQL") {
+            let rows = try await client.query(
+                """
+                SELECT content_identifier, outcome::text FROM prestage_task
+                WHERE run_id = \(runId) AND state IN ('staged', 'failed') AND outcome IS NOT NULL
+                """, logger: logger)
+            var result: [String: PrestageOutcome] = [:]
+            for try await (identifier, document) in rows.decode((String, String).self) {
+                do {
+                    result[identifier] = try JSONDecoder().decode(PrestageOutcome.self, from: Data(document.utf8))
+                } catch {
+                    throw CourierError(.integrity, "a recorded pre-staging outcome cannot be read", cause: "\(error)")
+                }
+            }
+            return result
+        }
+    }
+
+    static func encode(_ outcome: PrestageOutcome) throws -> String {
+        do {
+            return String(decoding: try JSONEncoder().encode(outcome), as: UTF8.self)
+        } catch {
+            throw CourierError(.internal, "cannot encode a pre-staging outcome", cause: "\(error)")
+        }
+    }
+
+    private func updated(_ message: String, _ body: () async throws -> PostgresRowSequence) async throws -> Bool {
+        try await perform(message) {
+            var count = 0
+            for try await _ in try await body() { count += 1 }
+            return count > 0
+        }
+    }
+
+    @discardableResult
+    private func perform<T>(_ message: String, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch {
+            throw PostgresErrors.wrap(error, message)
+        }
+    }
+}

@@ -1,0 +1,229 @@
+@testable import Courier
+import CourierPostgres
+import CourierServer
+import CourierTestSupport
+import Foundation
+import Logging
+import PostgresNIO
+import Testing
+
+/// Runs `body` with a `PostgresClient` on `server`, the client's `run()` beside it.
+func withPostgresClient<T: Sendable>(_ server: PostgresServer, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
+    let url = try PostgresURL(parsing: server.url)
+    let client = PostgresClient(configuration: try url.clientConfiguration, backgroundLogger: Logger(label: "test.postgres"))
+    return try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask {
+            await client.run()
+            return nil
+        }
+        defer { group.cancelAll() }
+        return try await body(client)
+    }
+}
+
+/// A task as the planner makes it (the queue only stores and hands it over).
+func queueTask(_ index: Int) -> PrestageTask {
+    let digest = String(repeating: String(index % 10), count: 64)
+    return PrestageTask(
+        contentIdentifier: "com.example.pack\(index)", productId: "com.example.pack\(index)", itemId: nil,
+        source: URL(string: "http://127.0.0.1:9/pack\(index).zip")!,
+        content: Catalog.Content(url: "pack\(index).zip", sha256: digest, length: 10, version: "1.0", placement: .cache),
+        stagedPath: PrestagePlan.stagedPath(contentIdentifier: "com.example.pack\(index)", sha256: digest))
+}
+
+@Suite("PostgreSQL queue and refunds", .serialized)
+struct PostgresQueueTests {
+    static let logger = Logger(label: "test.queue")
+
+    @Test("PostgreSQL binaries are installed (scripts/setup installs them; the suite needs them)")
+    func binariesInstalled() {
+        #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
+    }
+
+    @Test("the schema is created once, recorded in courier_schema_version; migrating again changes nothing")
+    func migrations() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let versions = try await withPostgresClient(server) { client in
+            async let first = PostgresSchema.migrate(client, logger: Self.logger)
+            async let second = PostgresSchema.migrate(client, logger: Self.logger)
+            let both = try await [first, second]
+            let third = try await PostgresSchema.migrate(client, logger: Self.logger)
+            return both + [third]
+        }
+        #expect(versions == [PostgresSchema.currentVersion, PostgresSchema.currentVersion, PostgresSchema.currentVersion])
+        #expect(try server.psql("SELECT string_agg(version::text, ',') FROM courier_schema_version") == "\(PostgresSchema.currentVersion)")
+        #expect(try server.psql("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'prestage_%'") == "2")
+        // A database migrated by a newer courier is refused, not used.
+        try server.psql("INSERT INTO courier_schema_version (version) VALUES (999)")
+        await #expect(throws: CourierError.self) {
+            try await withPostgresClient(server) { try await PostgresSchema.migrate($0, logger: Self.logger) }
+        }
+    }
+
+    @Test("claim, lease and complete: a task is handed to one worker; a lost lease cannot overwrite the new owner's outcome")
+    func claimLeaseComplete() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            try await PostgresSchema.migrate(client, logger: Self.logger)
+            var runId: Int64 = 0
+            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
+                runId = id
+            }
+            let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            let one = queueTask(1)
+            let two = queueTask(2)
+            try await queue.enqueue([one, two])
+            try await queue.enqueue([one, two])  // not added twice
+            #expect(try server.psql("SELECT count(*) FROM prestage_task") == "2")
+
+            // Concurrent claims: each task goes to exactly one worker.
+            async let a = queue.claim(worker: "a")
+            async let b = queue.claim(worker: "b")
+            let claimed = try await [a, b].compactMap { $0?.downloadId }.sorted()
+            #expect(claimed == [one.downloadId, two.downloadId])
+            #expect(try await queue.claim(worker: "c") == nil)
+            let ownerOfTwo = try server.psql("SELECT worker FROM prestage_task WHERE download_id = '\(two.downloadId)'")
+            let ownerOfOne = ownerOfTwo == "a" ? "b" : "a"
+            #expect(try await queue.complete(one, worker: ownerOfOne, outcome: .staged(bytesFetched: 10, unpackedLength: 5)))
+
+            // Worker `ownerOfTwo` stops renewing: its lease expires and `c` takes the task over.
+            #expect(try await queue.renew(two, worker: ownerOfTwo))
+            #expect(try await queue.renew(two, worker: "c") == false)
+            try server.psql("UPDATE prestage_task SET lease_expires_at = now() - interval '1 second' WHERE download_id = '\(two.downloadId)'")
+            let progress = try await queue.progress()
+            #expect(progress.open == 1 && progress.claimable == 1)
+            #expect(try await queue.claim(worker: "c")?.downloadId == two.downloadId)
+            #expect(try await queue.complete(two, worker: "c", outcome: .staged(bytesFetched: 10, unpackedLength: nil)))
+            // The worker that lost its lease comes back late: nothing it says is recorded.
+            #expect(try await queue.renew(two, worker: ownerOfTwo) == false)
+            let late = try await queue.complete(two, worker: ownerOfTwo, outcome: .failed(CourierError(.network, "late")))
+            #expect(late == false)
+            let outcomes = try await queue.outcomes()
+            #expect(outcomes[two.contentIdentifier] == .staged(bytesFetched: 10, unpackedLength: nil))
+            #expect(outcomes[one.contentIdentifier] == .staged(bytesFetched: 10, unpackedLength: 5))
+            #expect(try server.psql("SELECT attempts FROM prestage_task WHERE download_id = '\(two.downloadId)'") == "2")
+            #expect(try await queue.awaitWork() == false)
+        }
+    }
+
+    @Test("an interrupted worker hands its task back; a task whose workers keep dying fails after 5 leases")
+    func handBackAndExhaustion() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            try await PostgresSchema.migrate(client, logger: Self.logger)
+            var runId: Int64 = 0
+            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
+                runId = id
+            }
+            let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            let task = queueTask(3)
+            try await queue.enqueue([task])
+            #expect(try await queue.claim(worker: "a") != nil)
+            #expect(try await queue.complete(task, worker: "a", outcome: .failed(CourierError(.paused, "SIGINT"))))
+            #expect(try server.psql("SELECT state FROM prestage_task") == "waiting")
+            #expect(try await queue.claim(worker: "b") != nil)
+            try server.psql("UPDATE prestage_task SET attempts = 5, lease_expires_at = now() - interval '1 second'")
+            #expect(try await queue.claim(worker: "c") == nil)
+            #expect(try await queue.awaitWork() == false)
+            guard case .failed(let error) = try await queue.outcomes()[task.contentIdentifier] else {
+                Issue.record("the exhausted task has no failure recorded")
+                return
+            }
+            #expect(error.message.contains("lease expired 5 times"))
+        }
+    }
+
+    @Test("PostgreSQL URLs: what is accepted, what is refused, and the password never printed")
+    func urls() throws {
+        let url = try PostgresURL(parsing: "postgresql://courier:s%40cret@db.example.com:6543/stage")
+        #expect(url.user == "courier" && url.password == "s@cret" && url.host == "db.example.com" && url.port == 6543)
+        #expect(url.database == "stage" && url.tls == .require)
+        #expect(url.description == "postgresql://courier:***@db.example.com:6543/stage")
+        let local = try PostgresURL(parsing: "postgres://postgres@127.0.0.1/postgres")
+        #expect(local.port == 5432 && local.tls == .disable && local.password == nil)
+        #expect(try PostgresURL(parsing: "postgresql://u@[::1]:7/d?sslmode=require").host == "::1")
+        #expect(try PostgresURL(parsing: "postgresql://u@10.0.0.1:7/d?sslmode=disable").tls == .disable)
+        for bad in [
+            "http://u@h/d", "postgresql://h/d", "postgresql://u@h", "postgresql://u@h/", "postgresql://u@h:0/d",
+            "postgresql://u@h:70000/d", "postgresql://u@h/d?sslmode=verify", "postgresql://u@h/d?host=evil",
+            "postgresql://u@h/a/b", "postgresql://u@h d/x", "postgresql://u@[::1/d", "postgresql://u@h/d#f",
+            "postgresql://u@h:12a/d", "postgresql://u:p%zz@h/d",
+        ] {
+            #expect(throws: CourierError.self, "\(bad)") { try PostgresURL(parsing: bad) }
+        }
+        do {
+            _ = try PostgresURL(parsing: "postgresql://u:topsecret@h/")
+            Issue.record("accepted a URL without a database")
+        } catch let error as CourierError {
+            #expect(!error.message.contains("topsecret"), "\(error.message)")
+            #expect(error.code == .usage)
+        }
+    }
+
+    /// A notification as `verifyNotification` returns it, for transaction `id`.
+    static func notification(_ type: String, uuid: String, transaction id: String, signed: Date) throws -> VerifiedServerNotification {
+        let json = """
+            {"notificationType": "\(type)", "notificationUUID": "\(uuid)", "signedDate": \(Int64(signed.timeIntervalSince1970 * 1000)),
+             "data": {"bundleId": "com.example.app", "environment": "Sandbox"}}
+            """
+        let transaction = VerifiedTransaction(
+            transactionId: id, originalTransactionId: id, productId: "com.example.pack1", bundleId: "com.example.app",
+            type: .nonConsumable, purchaseDate: signed.addingTimeInterval(-3600), environment: "Sandbox", signedDate: signed)
+        return VerifiedServerNotification(notification: try ServerNotification(json: Data(json.utf8)), transaction: transaction)
+    }
+
+    @Test("a refund recorded through one gate's store is refused by another gate's store at once; replays and stale ones change nothing")
+    func sharedRefunds() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let url = try PostgresURL(parsing: server.url)
+        let first = try await PostgresRefundStore.open(url: url, logger: Self.logger)
+        let second = try await PostgresRefundStore.open(url: url, refreshInterval: .seconds(3600), logger: Self.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await first.run() }
+            group.addTask { try await second.run() }
+            defer { group.cancelAll() }
+            let now = Date()
+            // The second gate is listening once its first reload has run: wait for its LISTEN.
+            try await Self.waitUntil("the second gate listens") {
+                try server.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'") == "2"
+            }
+            #expect(try await first.apply(Self.notification("REFUND", uuid: "u1", transaction: "1000", signed: now), now: now) == .revoked)
+            #expect(first.isRevoked("1000"))
+            try await Self.waitUntil("the refund reaches the second gate") { second.isRevoked("1000") }
+            #expect(try await second.apply(Self.notification("REFUND", uuid: "u1", transaction: "1000", signed: now), now: now) == .duplicate)
+            let older = now.addingTimeInterval(-60)
+            #expect(try await second.apply(Self.notification("REFUND_REVERSED", uuid: "u0", transaction: "1000", signed: older), now: now) == .ignored)
+            #expect(second.isRevoked("1000") && first.isRevoked("1000"))
+            let later = now.addingTimeInterval(60)
+            #expect(try await second.apply(Self.notification("REFUND_REVERSED", uuid: "u2", transaction: "1000", signed: later), now: now) == .reinstated)
+            try await Self.waitUntil("the reinstatement reaches the first gate") { !first.isRevoked("1000") }
+            #expect(try server.psql("SELECT count(*) FROM origin_notification") == "3")
+        }
+        // A gate opened after the refund loads it before it answers anyone.
+        let now = Date()
+        let third = try await PostgresRefundStore.open(url: url, logger: Self.logger)
+        #expect(third.isRevoked("1000") == false)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await third.run() }
+            defer { group.cancelAll() }
+            let outcome = try await third.apply(Self.notification("REVOKE", uuid: "u3", transaction: "2000", signed: now), now: now)
+            #expect(outcome == .revoked)
+        }
+        let fourth = try await PostgresRefundStore.open(url: url, logger: Self.logger)
+        #expect(fourth.isRevoked("2000"))
+    }
+
+    /// Polls `condition` every 20 ms for up to 30 s (an event in another process or connection).
+    static func waitUntil(_ what: String, _ condition: () throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if try condition() { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("timed out waiting until \(what)")
+    }
+}
