@@ -87,11 +87,36 @@ struct UpdateCommandTests {
         #expect(shop.tree() == shop.expectedTree("1.0"))
     }
 
-    @Test("kill -9 of courier update at 20 random moments: the content is exactly v1 or v2, never a mix; the next update finishes")
-    func killedAtRandomMoments() throws {
+    @Test("with manifests, update fetches only the changed entries (ranges of the new package) and installs v2 exactly")
+    func updatesByChangedEntries() throws {
+        let shop = try UpdateShop(fileSize: 256 << 10, manifests: true)
+        defer { shop.stop() }
+        #expect(try shop.deliverV1().status == 0)
+        #expect(shop.tree() == shop.expectedTree("1.0"))
+        let before = shop.nginx.accessLog().count
+        let update = try shop.courier(["update", "--catalog", shop.catalog("2.0")])
+        #expect(update.status == 0, "\(update.stderr)")
+        #expect(shop.tree() == shop.expectedTree("2.0"))
+        let lines = shop.nginx.accessLog(atLeast: before + 2).dropFirst(before).filter { $0.contains("pack-2.0.") }
+        #expect(lines.contains { $0.contains("pack-2.0.manifest.json") && $0.contains("\" 200 ") }, "\(lines)")
+        let packageLines = lines.filter { $0.contains("pack-2.0.zip") }
+        #expect(!packageLines.isEmpty && packageLines.allSatisfy { $0.contains("\" 206 ") }, "\(packageLines)")
+        let package = try Data(contentsOf: shop.directory.appending("www").appendingPathComponent("pack-2.0.zip"))
+        let served = packageLines.compactMap { line -> Int? in
+            guard let range = line.range(of: "\" 206 ") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }.reduce(0, +)
+        // b.bin changed (a quarter MiB), d.txt is new; a.bin and the plist come from the installed version.
+        #expect(served > 0 && served < package.count * 2 / 3, "served \(served) of \(package.count)")
+    }
+
+    @Test(
+        "kill -9 of courier update at 20 random moments: the content is exactly v1 or v2, never a mix; the next update finishes",
+        arguments: [false, true])
+    func killedAtRandomMoments(manifests: Bool) throws {
         // ~0.4 s of transfer per update at 1 MiB/s: the kills land in the download, the unpacking
-        // and the swap alike.
-        let shop = try UpdateShop(fileSize: 192 << 10, rateLimit: "1m")
+        // and the swap alike. With manifests, the update goes by changed entries.
+        let shop = try UpdateShop(fileSize: 192 << 10, rateLimit: "1m", manifests: manifests)
         defer { shop.stop() }
         #expect(try shop.deliverV1().status == 0)
         let v1 = shop.expectedTree("1.0")

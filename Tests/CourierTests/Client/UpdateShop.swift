@@ -32,8 +32,10 @@ struct UpdateShop {
         }
     }
 
-    /// `fileSize` bytes per payload file; `rateLimit` throttles nginx (`limit_rate`).
-    init(fileSize: Int = 64 << 10, rateLimit: String? = nil) throws {
+    /// `fileSize` bytes per payload file; `rateLimit` throttles nginx (`limit_rate`). With
+    /// `manifests`, packages are made by `PackageBuilder` (`courier package create`), which writes
+    /// each one's manifest beside it, and the catalogs name them: updates go by changed entries.
+    init(fileSize: Int = 64 << 10, rateLimit: String? = nil, manifests: Bool = false) throws {
         self.fileSize = fileSize
         directory = try TemporaryDirectory(prefix: "courier-update")
         sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
@@ -41,12 +43,23 @@ struct UpdateShop {
         try FileManager.default.createDirectory(at: www, withIntermediateDirectories: true)
         for version in Self.versions {
             let package = www.appendingPathComponent("pack-\(version).zip")
-            try PackageFixtures.infoZip(
-                product: Self.product, version: version, files: Self.files(version, size: fileSize), at: package, level: 0)
+            var manifest: Catalog.Manifest?
+            if manifests {
+                let source = directory.appending("source-\(version)")
+                try PackageFixtures.writeTree(Self.files(version, size: fileSize), in: source)
+                _ = try PackageBuilder.create(from: source, productId: Self.product, version: version, output: package)
+                let written = try Data(contentsOf: PackageManifest.url(besidePackage: package))
+                manifest = Catalog.Manifest(
+                    url: PackageManifest.url(besidePackage: package).lastPathComponent, sha256: QueueFixtures.sha256(written),
+                    length: Int64(written.count))
+            } else {
+                try PackageFixtures.infoZip(
+                    product: Self.product, version: version, files: Self.files(version, size: fileSize), at: package, level: 0)
+            }
             let bytes = try Data(contentsOf: package)
             let content = Catalog.Content(
                 url: "pack-\(version).zip", sha256: QueueFixtures.sha256(bytes), length: Int64(bytes.count), version: version,
-                placement: .documents)
+                placement: .documents, manifest: manifest)
             try Catalog(bundleId: "com.example.app", products: [Catalog.Product(productId: Self.product, content: content)])
                 .encoded().write(to: www.appendingPathComponent("catalog-\(version).json"))
         }
@@ -111,10 +124,10 @@ struct UpdateShop {
 
     /// The tree a version's package unpacks to (ContentInfo.plist and Contents/).
     func expectedTree(_ version: String) -> [String: String] {
-        var result: [String: String] = [
-            "ContentInfo.plist": QueueFixtures.sha256(Data(PackageFixtures.contentInfo(product: Self.product, version: version).utf8)),
-            "Contents": "/",
-        ]
+        // The plist as the package holds it (Info-ZIP's and PackageBuilder's differ).
+        let package = directory.appending("www").appendingPathComponent("pack-\(version).zip")
+        let plist = (try? Shell.run("/usr/bin/unzip", ["-p", package.path, "ContentInfo.plist"]))?.stdout ?? ""
+        var result: [String: String] = ["ContentInfo.plist": QueueFixtures.sha256(Data(plist.utf8)), "Contents": "/"]
         for (path, data) in Self.files(version, size: fileSize) {
             result["Contents/" + path] = QueueFixtures.sha256(data)
             var folder = ("Contents/" + path as NSString).deletingLastPathComponent
