@@ -48,9 +48,8 @@ struct AgentCommand: AsyncParsableCommand {
             // The agent's catalog: --catalog as given (a URL or a path from here), else the configured one.
             if let catalog { configuration.catalog = AgentRequest.absoluteCatalog(catalog) }
             if let webhook { configuration.queue.finishWebhook = webhook }
-            let level = logLevel.flatMap { Logger.Level(rawValue: $0) } ?? global.logLevel(default: .info)
-            var logger = Logger(label: "courier.agent")
-            logger.logLevel = level
+            var logger = global.logger("courier.agent", default: .info)
+            if let level = logLevel.flatMap(Logger.Level.init(rawValue:)) { logger.logLevel = level }
             let layout = global.layout
             var clientOptions = CourierClient.Options()
             clientOptions.announcesFinishes = true

@@ -34,7 +34,9 @@ struct ReceiptVerifyCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             let configuration = try global.loadConfiguration()
-            let validator = try receipt.validator(configuration, transport: try makeReceiptTransport(configuration))
+            let validator = try receipt.validator(
+                configuration, transport: try CurlHTTPTransport(configuration: configuration.transfer),
+                logger: global.logger("courier.receipts", default: .critical))
             let transactions = try await ReceiptCLI.reportingCheck(output) {
                 try await validator.validate(try ReceiptCLI.read(file))
             }
@@ -72,8 +74,9 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             let configuration = try global.loadConfiguration()
-            let transport = try makeReceiptTransport(configuration)
-            let validator = try receipt.validator(configuration, transport: transport)
+            let transport = try CurlHTTPTransport(configuration: configuration.transfer)
+            let validator = try receipt.validator(
+                configuration, transport: transport, logger: global.logger("courier.receipts", default: .critical))
             guard let location = catalog ?? configuration.catalog else {
                 throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
             }

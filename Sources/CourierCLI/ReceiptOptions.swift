@@ -1,6 +1,7 @@
 import ArgumentParser
 import Courier
 import Foundation
+import Logging
 
 /// The receipt options of every command that validates receipts (`receipt verify`, `deliver`,
 /// `enqueue`, `agent`, `serve`). They override `Config/courier.json`'s `receipts` section.
@@ -53,17 +54,14 @@ struct ReceiptOptions: ParsableArguments {
     }
 
     /// The configuration with these options applied, and a validator for it.
-    func validator(
-        _ configuration: CourierConfiguration,
-        transport: any HTTPTransport
-    ) throws -> ReceiptValidator {
+    func validator(_ configuration: CourierConfiguration, transport: any HTTPTransport, logger: Logger) throws -> ReceiptValidator {
         var configuration = configuration
         apply(to: &configuration)
         return try ReceiptValidator(
             configuration: configuration.receipts,
             baseDirectory: configuration.baseDirectory,
             transport: transport,
-            logger: ReceiptLogging.logger
+            logger: logger
         )
     }
 }

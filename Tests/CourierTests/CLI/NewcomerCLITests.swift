@@ -253,6 +253,24 @@ struct NewcomerCLITests {
         #expect(both.status == 2)
     }
 
+    @Test("receipt commands log through the one setup: COURIER_LOG=debug shows their logs, -q silences them")
+    func receiptLogsFollowTheOneSetup() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
+        let receipt = directory.appending("receipt.txt")
+        try Data(try sandbox.purchase(productId: "com.example.levels").utf8).write(to: receipt)
+        let arguments = ["receipt", "verify", receipt.path, "--trust-root", sandbox.rootCertificateDERFile.path, "--environment", "Sandbox"]
+        let debug = try CourierBinary.run(arguments, environment: environment(directory, ["COURIER_LOG": "debug"]))
+        #expect(debug.status == 0, "\(debug.stderr)")
+        #expect(debug.stderr.contains("receipt: verified"), "\(debug.stderr)")
+        let quiet = try CourierBinary.run(arguments + ["-q"], environment: environment(directory, ["COURIER_LOG": "debug"]))
+        #expect(quiet.status == 0, "\(quiet.stderr)")
+        #expect(quiet.stderr.isEmpty, "-q must silence logs below error: \(quiet.stderr)")
+        let plain = try CourierBinary.run(arguments, environment: environment(directory))
+        #expect(plain.stderr.isEmpty, "\(plain.stderr)")
+    }
+
     @Test("the agent tells systemd READY=1 on NOTIFY_SOCKET once its socket listens; -v logs over COURIER_LOG")
     func agentNotifiesSystemd() throws {
         let directory = try TemporaryDirectory()
