@@ -84,7 +84,9 @@ public final class CourierClient: Sendable {
             ),
             installer: PlacementInstallStage(placer: placer),
             notifier: webhook,
-            updater: WholePackageUpdate(placer: placer),
+            updater: DeltaContentUpdate(
+                updater: DeltaUpdater(placer: placer, transfer: configuration.transfer, http: engine.httpTransport, logger: logger),
+                credentials: TransferDownloadStage.bearerCredentials(from: queue), logger: logger),
             logger: logger
         )
     }
