@@ -15,7 +15,7 @@ public enum FuzzTargets {
     /// The target names, as `scripts/fuzz TARGET` and the regression folders spell them.
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
-        "notification", "response-head", "request-path", "postgres-url",
+        "notification", "response-head", "request-path", "manifest", "multipart", "postgres-url", "authorize",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -33,7 +33,10 @@ public enum FuzzTargets {
         case "notification": notification(data)
         case "response-head": responseHead(data)
         case "request-path": requestPath(data)
+        case "manifest": manifest(data)
+        case "multipart": multipart(data)
         case "postgres-url": postgresURL(data)
+        case "authorize": authorize(data)
         default: return false
         }
         return true
@@ -112,6 +115,22 @@ public enum FuzzTargets {
         _ = PublishedCatalog.requestPath(String(decoding: data, as: UTF8.self))
     }
 
+    /// What `/authorize` reads from nginx: `X-Original-URI` (the first line) and the
+    /// `Authorization` value (the rest). A canonical path must come back unchanged by the
+    /// origin's own reading of it; a bearer token is a trimmed piece of the value.
+    static func authorize(_ data: Data) {
+        let text = String(decoding: data, as: UTF8.self)
+        let parts = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        let target = parts.first.map(String.init) ?? ""
+        if let path = OriginResponder.canonicalPath(target) {
+            precondition(PublishedCatalog.requestPath(path) == path && !path.contains("//") && !path.contains("%"))
+        }
+        let value = parts.count > 1 ? String(parts[1]) : ""
+        if let token = OriginResponder.bearer(value) {
+            precondition(!token.isEmpty && value.contains(token) && token.first != " " && token.last != " ")
+        }
+    }
+
     /// One line of the agent's control protocol, as the agent decodes it from a client.
     static func agent(_ data: Data) {
         _ = try? AgentWire.decode(AgentRequest.self, from: data)
@@ -144,6 +163,18 @@ public enum FuzzTargets {
         if let password = url.password, !password.isEmpty, password.count > 3 {
             precondition(!url.description.contains(":\(password)@"))
         }
+    }
+
+    /// A package's manifest (`PackageManifest.decode`), then a delta plan made from it: what
+    /// decodes has every file's range inside the package and none overlapping.
+    static func manifest(_ data: Data) {
+        PackageManifest.fuzz(data)
+    }
+
+    /// A `multipart/byteranges` answer to a range request: the first line is the Content-Type,
+    /// the rest the body; what is handed over lies inside the representation.
+    static func multipart(_ data: Data) {
+        MultipartByteRangesParser.fuzz(data)
     }
 
     /// A package's ContentInfo.plist.
