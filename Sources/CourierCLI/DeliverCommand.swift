@@ -69,9 +69,10 @@ extension CourierClient {
     /// terminal, NDJSON events with --json), pausing on SIGINT/SIGTERM (exit 7). Downloads that
     /// stopped for a retryable reason are resumed first when `retryStopped`.
     func deliver(scope: DeliveryScope, output: Output, retryStopped: Bool) async throws {
-        let before = try queue.entries(includeFinished: true).filter { entry in
-            scope.contains(downloadId: entry.download?.id, transactionId: entry.transactionId)
+        let entries = { [queue] in
+            try queue.entries(includeFinished: true).filter { scope.contains(downloadId: $0.download?.id, transactionId: $0.transactionId) }
         }
+        let before = try entries()
         let finishedBefore = Set(before.compactMap { $0.download?.state == .finished ? $0.download?.id : nil })
         let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
         let work = Task { try await deliver(scope: scope, retryStopped: retryStopped, observer: view) }
@@ -87,9 +88,7 @@ extension CourierClient {
         // Every event of the run was shown (the client waits for its observer) before the result.
         view.finish()
         let interrupted = work.isCancelled
-        let finished = try queue.entries(includeFinished: true).filter { entry in
-            scope.contains(downloadId: entry.download?.id, transactionId: entry.transactionId)
-        }
+        let finished = try entries()
         if output.json {
             var result: [String: Any] = [
                 "event": "result",

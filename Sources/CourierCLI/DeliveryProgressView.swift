@@ -128,10 +128,6 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
         }
     }
 
-    static func received(_ records: [DownloadRecord]) -> Int64 {
-        records.reduce(Int64(0)) { $0 + ($1.state == .finished ? $1.length : min($1.length, $1.bytesReceived)) }
-    }
-
     func finish() {
         timer?.cancel()
         lock.withLock { closed = true }
@@ -155,25 +151,23 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
             }
             let rate = rates.rate(record.id, now: now)
             return ProgressLayout.Row(
-                name: record.contentIdentifier, fraction: fraction, amount: amount, rate: rateText(rate),
-                eta: "ETA " + QueueFormat.duration(rate.flatMap { $0 > 0 ? Double(max(0, record.length - received)) / $0 : nil }))
+                name: record.contentIdentifier, fraction: fraction, amount: amount, rate: ProgressLayout.rate(rate),
+                eta: ProgressLayout.eta(record.length - received, at: rate))
         }
         let total = records.reduce(Int64(0)) { $0 + $1.length }
-        let received = Self.received(records)
+        let received = records.reduce(Int64(0)) {
+            $0 + ($1.state == .finished ? $1.length : min($1.length, $1.bytesReceived))
+        }
         let rate = rates.total(now: now)
         rows.append(
             ProgressLayout.Row(
                 name: "total (\(done)/\(records.count) done)", fraction: total > 0 ? Double(received) / Double(total) : 0,
-                amount: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))", rate: rateText(rate),
-                eta: "ETA " + QueueFormat.duration(rate.flatMap { $0 > 0 ? Double(max(0, total - received)) / $0 : nil })))
+                amount: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))", rate: ProgressLayout.rate(rate),
+                eta: ProgressLayout.eta(total - received, at: rate)))
         var lines = ProgressLayout.lines(rows, width: width)
         if active.count > shown.count {
             lines.insert(ProgressLayout.cut("… and \(active.count - shown.count) more downloading", max(0, width - 1)), at: lines.count - 1)
         }
         return lines
-    }
-
-    private static func rateText(_ rate: Double?) -> String {
-        rate.map { "\(QueueFormat.bytes($0))/s" } ?? "- B/s"
     }
 }

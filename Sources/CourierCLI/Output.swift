@@ -105,11 +105,13 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
         return Int(size.ws_col)
     }
 
-    /// Reports `error` (a JSON document with `--json`) and returns the exit code to end with.
-    func report(_ error: any Error) -> ExitCode {
+    /// Reports `error` (a JSON document with `--json`, with `fields` added) and returns the exit
+    /// code to end with.
+    func report(_ error: any Error, fields: [String: Any] = [:]) -> ExitCode {
         if let error = error as? CourierError {
             if json {
                 var object: [String: Any] = ["event": "error", "code": error.code.rawValue, "message": error.message]
+                object.merge(fields) { $1 }
                 if let cause = error.cause { object["cause"] = cause }
                 if let hint = error.hint { object["hint"] = hint }
                 object["exitCode"] = Int(error.exitCode)

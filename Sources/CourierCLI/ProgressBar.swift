@@ -115,7 +115,7 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
         _ downloads: [TransferProgress], label: String, files: Int?, finished: Int, rates: RateWindow, now: Double, width: Int
     ) -> [String] {
         let rate = rates.total(now: now)
-        let rateText = rate.map { "\(QueueFormat.bytes($0))/s" } ?? "- B/s"
+        let rateText = ProgressLayout.rate(rate)
         if let files {
             let received = downloads.reduce(Int64(0)) { $0 + $1.bytesReceived }
             let row = ProgressLayout.Row(
@@ -124,15 +124,20 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
             return ProgressLayout.lines([row], width: width)
         }
         guard let progress = downloads.first else { return [] }
-        var amount = QueueFormat.bytes(progress.bytesReceived)
-        var eta = "ETA ?"
-        if let total = progress.totalBytes {
-            amount += "/\(QueueFormat.bytes(total))"
-            if let rate, rate > 0 { eta = "ETA \(QueueFormat.duration(Double(max(0, total - progress.bytesReceived)) / rate))" }
-        }
+        let amount = QueueFormat.bytes(progress.bytesReceived) + (progress.totalBytes.map { "/\(QueueFormat.bytes($0))" } ?? "")
+        let eta = ProgressLayout.eta(progress.totalBytes.map { $0 - progress.bytesReceived }, at: rate)
         let row = ProgressLayout.Row(name: label, fraction: progress.progress, amount: amount, rate: rateText, eta: eta)
         return ProgressLayout.lines([row], width: width)
     }
+}
 
-    static func bytes(_ count: Double) -> String { QueueFormat.bytes(count) }
+extension ProgressLayout {
+    /// "150.0 KiB/s", or "- B/s" while the rate is not known.
+    static func rate(_ rate: Double?) -> String { rate.map { "\(QueueFormat.bytes($0))/s" } ?? "- B/s" }
+
+    /// "ETA 12s" for `remaining` bytes at `rate`; "ETA ?" while either is not known.
+    static func eta(_ remaining: Int64?, at rate: Double?) -> String {
+        guard let remaining, let rate, rate > 0 else { return "ETA ?" }
+        return "ETA " + QueueFormat.duration(Double(max(0, remaining)) / rate)
+    }
 }

@@ -133,14 +133,7 @@ enum ReceiptCLI {
             return try await body()
         } catch let error as CourierError {
             guard output.json, let check = ReceiptCheck(failing: error) else { throw error }
-            var object: [String: Any] = [
-                "event": "error", "code": error.code.rawValue, "check": check.rawValue,
-                "message": error.message, "exitCode": Int(error.exitCode),
-            ]
-            if let cause = error.cause { object["cause"] = cause }
-            if let hint = error.hint { object["hint"] = hint }
-            output.emit(object)
-            throw ExitCode(error.exitCode)
+            throw output.report(error, fields: ["check": check.rawValue])
         }
     }
 

@@ -13,19 +13,13 @@ public final class AgentClient: Sendable {
     public static func connect(layout: StorageLayout, timeout: Double = 300) -> AgentClient? {
         let path = layout.agentSocket.path
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        guard let connection = try? UnixSocketConnection.connect(to: path, timeout: timeout) else { return nil }
-        return AgentClient(connection: Mutex(connection), socketPath: path)
+        return try? AgentClient(socketPath: path, timeout: timeout)
     }
 
     /// Connects to the socket at `path`, throwing `notFound` when nothing listens.
     public init(socketPath path: String, timeout: Double = 300) throws {
         connection = Mutex(try UnixSocketConnection.connect(to: path, timeout: timeout))
         socketPath = path
-    }
-
-    private init(connection: consuming Mutex<UnixSocketConnection>, socketPath: String) {
-        self.connection = connection
-        self.socketPath = socketPath
     }
 
     deinit {

@@ -89,27 +89,11 @@ public final class DeliveryPipeline: Sendable {
     }
 
     /// Validates a receipt, entitles its transactions and queues them with their downloads.
-    /// Throws the validator's error (`receiptInvalid`) before anything is queued, and
-    /// `notEntitled` when every purchase asked for is of a product the catalog does not list
-    /// (`EnqueueResult.notInCatalog`); when only some are, the others are queued and those are
-    /// logged at warning.
-    public func enqueue(
-        receipt: Data,
-        validator: any TransactionValidating,
-        entitlements: any ContentEntitling,
-        productIds: Set<String>? = nil,
-        restore: Bool = false
-    ) async throws -> [TransactionRecord] {
-        let result = try await enqueueReporting(
-            receipt: receipt, validator: validator, entitlements: entitlements, productIds: productIds, restore: restore)
-        if result.transactions.isEmpty, let error = result.notInCatalogError { throw error }
-        return result.transactions
-    }
-
-    /// `enqueue`, telling the caller which purchases were left out because the catalog does not
-    /// list their product. Those are not queued, so never finished (StoreKit's rule: finish only
-    /// after delivery): running again once the catalog lists them delivers them. A product the
-    /// catalog lists without hosted content is queued and finished with nothing to download.
+    /// Throws the validator's error (`receiptInvalid`) before anything is queued. Purchases of a
+    /// product the catalog does not list are left out (`notInCatalog`, logged at warning): not
+    /// queued, so never finished (StoreKit's rule: finish only after delivery); running again
+    /// once the catalog lists them delivers them. A product the catalog lists without hosted
+    /// content is queued and finished with nothing to download.
     public func enqueueReporting(
         receipt: Data,
         validator: any TransactionValidating,
