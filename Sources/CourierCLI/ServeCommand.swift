@@ -1,5 +1,6 @@
 import ArgumentParser
 import Courier
+import CourierPostgres
 import CourierServer
 import Foundation
 import Logging
@@ -61,6 +62,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics at GET /metrics on this port (same host; 0 picks a free one).")
     var metricsPort: Int?
 
+    @Option(name: .long, help: "Keep refunds in PostgreSQL, shared by every gate: postgresql://USER@HOST:PORT/DB (default <storage>/origin.sqlite).")
+    var state: String?
+
     @Option(name: .customLong("max-token-age"), help: "Refuse (401) signed transactions signed longer ago than this many seconds (default: no limit).")
     var maxTokenAge: Double?
 
@@ -108,7 +112,11 @@ struct ServeCommand: AsyncParsableCommand {
             // GET /metrics reads; without --metrics-port nothing is counted.
             let registry = metricsPort != nil ? MetricsEndpoint.bootstrapPrometheus() : nil
             let metrics = registry != nil ? OriginMetrics() : nil
-            let (gate, notifications) = try makeGate(configuration: try global.loadConfiguration(), origin: configuration, metrics: metrics)
+            // With --state postgresql://…, refunds live in PostgreSQL (CourierPostgres), loaded before the first answer.
+            var refunds: PostgresRefundStore?
+            if let state, !`public` { refunds = try await PostgresRefundStore.open(url: PostgresURL(parsing: state), logger: logger) }
+            let (gate, notifications) = try makeGate(
+                configuration: try global.loadConfiguration(), origin: configuration, metrics: metrics, refunds: refunds)
             let origin = ContentOrigin(
                 configuration: configuration,
                 gate: gate,
@@ -127,7 +135,7 @@ struct ServeCommand: AsyncParsableCommand {
                     output.line("courier: serving \(contentDirectory.path) on \(url)\(self.public ? " (public, no receipt gate)" : "")")
                 }
             }
-            var services: [any Service] = [origin]
+            var services: [any Service] = [origin] + (refunds.map { [$0] } ?? [])
             if let metricsPort, let registry {
                 services.append(
                     MetricsEndpoint(registry: registry, host: host, port: metricsPort, logger: logger) { boundPort in
@@ -162,7 +170,8 @@ struct ServeCommand: AsyncParsableCommand {
     private func makeGate(
         configuration: CourierConfiguration,
         origin: OriginConfiguration,
-        metrics: OriginMetrics?
+        metrics: OriginMetrics?,
+        refunds: PostgresRefundStore? = nil
     ) throws -> (any AccessGate, NotificationReceiver?) {
         if `public` { return (PublicAccessGate(), nil) }
         var configuration = configuration
@@ -181,6 +190,11 @@ struct ServeCommand: AsyncParsableCommand {
             environments: configuration.receipts.environments,
             clockSkew: configuration.receipts.clockSkew
         )
+        if let refunds {
+            let gate = ReceiptAccessGate(
+                verifier: verifier, revocations: refunds, maxTokenAge: origin.maxTokenAge, cache: VerifiedTokenCache(metrics: metrics))
+            return (gate, NotificationReceiver(verifier: verifier, store: refunds))
+        }
         let store = try OriginStateStore(directory: global.layout.root)
         // Gates on this machine may share the storage root: each sees the refunds any of them
         // recorded (docs/origin.md, "Behind nginx").
