@@ -60,6 +60,29 @@ struct UpdateCommandTests {
         #expect(try shop.courier(["list"]).stdout.contains("No unfinished transactions"))
     }
 
+    @Test("a package that fails verification: exit 6, v1 kept; list and status show the failed update; a good catalog then updates")
+    func failedUpdateIsListedAndRetried() throws {
+        let shop = try UpdateShop()
+        defer { shop.stop() }
+        #expect(try shop.deliverV1().status == 0)
+        let bad = try shop.courier(["update", "--catalog", shop.catalog("tampered")])
+        #expect(bad.status == 6, "\(bad.stderr)")
+        #expect(shop.tree() == shop.expectedTree("1.0"))
+        // The finished purchase's failed update is listed (not only with --all).
+        let table = try shop.courier(["list"])
+        #expect(table.stdout.contains("failed (update 1.0 -> 2.0)"), "\(table.stdout)")
+        let listed = try shop.courier(["list", "--json"])
+        let entry = try #require((listed.events.first?["entries"] as? [[String: Any]])?.first)
+        #expect(entry["updateFrom"] as? String == "1.0" && entry["state"] as? String == "failed", "\(entry)")
+        let status = try shop.courier(["status", try #require(entry["downloadId"] as? String)])
+        #expect(status.stdout.contains("update from 1.0 to 2.0"), "\(status.stdout)")
+
+        let good = try shop.courier(["update", "--catalog", shop.catalog("2.0")])
+        #expect(good.status == 0, "\(good.stderr)")
+        #expect(shop.tree() == shop.expectedTree("2.0"))
+        #expect(try shop.courier(["list"]).stdout.contains("No unfinished transactions"))
+    }
+
     @Test("a catalog that lists an older version: the downgrade is refused, v1 kept, nothing fetched, exit 0")
     func downgradeIsRefused() throws {
         let shop = try UpdateShop()

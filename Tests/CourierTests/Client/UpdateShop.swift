@@ -63,6 +63,10 @@ struct UpdateShop {
             try Catalog(bundleId: "com.example.app", products: [Catalog.Product(productId: Self.product, content: content)])
                 .encoded().write(to: www.appendingPathComponent("catalog-\(version).json"))
         }
+        // A catalog whose 2.0 names the wrong SHA-256 (a tampered or corrupt package).
+        var tampered = try Catalog.decode(Data(contentsOf: www.appendingPathComponent("catalog-2.0.json")))
+        tampered.products[0].content?.sha256 = String(repeating: "0", count: 64)
+        try tampered.encoded().write(to: www.appendingPathComponent("catalog-tampered.json"))
         nginx = try NginxServer(root: www, extraLocations: rateLimit.map { "limit_rate \($0);" } ?? "")
         let config = #"{"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRetries": 2, "initialBackoff": 0.1}}"#
         try Data(config.utf8).write(to: configFile)
