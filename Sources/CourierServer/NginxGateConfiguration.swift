@@ -79,6 +79,9 @@ public struct NginxGateConfiguration: Sendable, Equatable {
             upstream courier_gates {
             \(servers)
                 keepalive \(keepalive);
+                # Shorter than a gate's wait for the next request on a kept-alive connection
+                # (`courier serve --header-timeout`, 10 s): nginx closes idle ones first.
+                keepalive_timeout 5s;
             }
 
             server {

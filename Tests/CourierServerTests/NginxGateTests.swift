@@ -168,6 +168,34 @@ struct NginxGateTests {
         #expect(decided == 5)
     }
 
+    @Test("nginx-config refuses what nginx or the gate could not take: exit 2, one line each")
+    func nginxConfigUsage() throws {
+        let folder = try TemporaryDirectory(prefix: "courier-nginx-config")
+        defer { folder.remove() }
+        let quoted = folder.appending("a\"b")
+        try FileManager.default.createDirectory(at: quoted, withIntermediateDirectories: true)
+        let cases: [([String], String)] = [
+            (["--content", folder.path], "at least one gate is needed"),
+            (["--content", folder.path, "--gate", "127.0.0.1"], "--gate 127.0.0.1 is not HOST:PORT"),
+            (["--content", folder.path, "--gate", "127.0.0.1:70000"], "--gate 127.0.0.1:70000 is not HOST:PORT"),
+            (["--content", folder.path, "--gate", "evil;host:1"], "--gate evil;host:1 is not HOST:PORT"),
+            (["--content", folder.path, "--gate", "127.0.0.1:1", "--listen", "x y"], "--listen x y is not HOST:PORT or PORT"),
+            (["--content", quoted.path, "--gate", "127.0.0.1:1"], "cannot carry"),
+            (["--content", folder.appending("missing").path, "--gate", "127.0.0.1:1"], "is not a folder"),
+        ]
+        for (arguments, message) in cases {
+            let result = try CourierBinary.run(["origin", "nginx-config"] + arguments)
+            #expect(result.status == 2, "\(arguments)")
+            #expect(result.stdout.isEmpty, "\(arguments)")
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+        }
+        let ipv6 = try CourierBinary.run(["origin", "nginx-config", "--content", folder.path, "--gate", "[::1]:8081", "--listen", "8080"])
+        #expect(ipv6.status == 0)
+        #expect(ipv6.stdout.contains("server [::1]:8081 max_fails=1 fail_timeout=5s;"))
+        #expect(ipv6.stdout.contains("listen 8080;"))
+        #expect(ipv6.stdout.contains("root \"\(folder.url.standardizedFileURL.path)\";"))
+    }
+
     @Test("kill -9 of one gate while a client downloads with Range requests: every range arrives, the file is whole")
     func gateKilledMidDownload() throws {
         let stack = try Stack()
