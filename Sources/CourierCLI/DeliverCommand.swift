@@ -39,11 +39,7 @@ struct DeliverCommand: AsyncParsableCommand {
             if transactions.allSatisfy({ $0.state == .finished }) {
                 if output.json {
                     // The same fields as a first run's result (docs/json.md), nothing new in them.
-                    let content = try transactions.flatMap { try client.queue.downloads(transactionId: $0.id) }.compactMap { $0.contentURL?.path }
-                    output.emit([
-                        "event": "result", "finishedDownloads": [String](), "finishedTransactions": [String](),
-                        "unfinished": [[String: Any]](), "content": content, "alreadyDelivered": transactions.map(\.id),
-                    ])
+                    try await client.deliver(scope: .transactions(ids), output: output, retryStopped: false)
                 } else {
                     output.line("Nothing to do: \(transactions.count == 1 ? "this purchase was" : "these \(transactions.count) purchases were") already delivered.")
                 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Courier
 import Foundation
+import Synchronization
 import Logging
 
 #if canImport(Glibc)
@@ -376,11 +377,10 @@ final class SignalTrap: @unchecked Sendable {  // @unchecked: sources are create
 /// Says each retry of one download as it is scheduled ("file.bin: HTTP 503; retry 2 of 5 in
 /// 0.4 s" on standard error, a `retry` event with --json), and adds the attempts and the time
 /// spent to the error a download finally fails with.
-final class RetryReporter: @unchecked Sendable {  // @unchecked: `retries` is only touched under `lock`.
+final class RetryReporter: Sendable {
     private let output: Output
     private let started = Date()
-    private let lock = NSLock()
-    private var retries = 0
+    private let retries = Atomic<Int>(0)
 
     /// The file the download is saved to, named in `retry` events (docs/json.md).
     private let file: String
@@ -392,7 +392,7 @@ final class RetryReporter: @unchecked Sendable {  // @unchecked: `retries` is on
 
     var report: @Sendable (TransferRetry) -> Void {
         { [self] retry in
-            lock.withLock { retries += 1 }
+            retries.add(1, ordering: .relaxed)
             if output.json {
                 output.emit([
                     "event": "retry", "file": file, "retry": retry.retry, "maxRetries": retry.maxRetries,
@@ -407,7 +407,7 @@ final class RetryReporter: @unchecked Sendable {  // @unchecked: `retries` is on
 
     /// `error` with "after N attempts in T" added when the download was retried.
     func summarized(_ error: any Error) -> any Error {
-        let count = lock.withLock { retries }
+        let count = retries.load(ordering: .relaxed)
         guard count > 0, var failure = error as? CourierError, failure.code != .paused else { return error }
         failure.message += " (gave up after \(count + 1) attempts in \(Self.seconds(Date().timeIntervalSince(started))))"
         return failure

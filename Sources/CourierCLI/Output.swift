@@ -1,6 +1,7 @@
 import ArgumentParser
 import Courier
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -8,15 +9,15 @@ import Glibc
 
 /// Writes what the user sees: text on a terminal, JSON documents or NDJSON events with `--json`.
 /// Serialised by a lock, so progress from any thread and results never interleave mid-line.
-final class Output: @unchecked Sendable {  // @unchecked: every mutable access holds `lock`.
+final class Output: Sendable {
     let json: Bool
     /// Whether standard error is a terminal (progress bars are drawn only there).
     let stderrIsTerminal: Bool
     /// Whether standard output is a terminal.
     let stdoutIsTerminal: Bool
-    private let lock = NSLock()
-    /// How many lines the transient status block on standard error has now (0: none drawn).
-    private var statusLines = 0
+    /// How many lines the transient status block on standard error has now (0: none drawn); its
+    /// lock is held across every write.
+    private let statusLines = Mutex(0)
 
     /// `--quiet`: no transient status, no notes (`info`); errors and results still print.
     let quiet: Bool
@@ -79,7 +80,7 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     /// block drawn last. Lines should fit the terminal (`terminalColumns`), or the block drifts.
     func statusBlock(_ lines: [String]) {
         guard stderrIsTerminal, !json, !quiet, !lines.isEmpty else { return }
-        lock.withLock {
+        statusLines.withLock { statusLines in
             // Back to the first column of the block drawn last, clear to the end of the screen.
             var text = "\r" + (statusLines > 1 ? "\u{1B}[\(statusLines - 1)A" : "") + "\u{1B}[J"
             text += lines.joined(separator: "\n")
@@ -91,7 +92,7 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     /// Ends the transient status block so the next output starts on a fresh line below it.
     func endStatus() {
         guard stderrIsTerminal, !json else { return }
-        lock.withLock {
+        statusLines.withLock { statusLines in
             guard statusLines > 0 else { return }
             statusLines = 0
             writeLocked("\n", to: STDERR_FILENO)
@@ -133,7 +134,7 @@ final class Output: @unchecked Sendable {  // @unchecked: every mutable access h
     }
 
     private func write(_ text: String, to descriptor: Int32) {
-        lock.withLock {
+        statusLines.withLock { statusLines in
             // Text on standard error while a status block is drawn starts below it.
             if descriptor == STDERR_FILENO, statusLines > 0 {
                 statusLines = 0
