@@ -36,8 +36,9 @@ struct UpdateCommand: AsyncParsableCommand {
             var configuration = try global.loadConfiguration()
             receiptOptions.apply(to: &configuration)
             let receipt = try receiptFile.map { try ReceiptValidator.readReceipt(URL(fileURLWithPath: $0)) }
+            // Only a store with delivered content has anything to update: none is created here.
             let client = try CourierClient(
-                configuration: configuration, layout: global.layout, logger: global.logger("courier", default: .critical))
+                configuration: configuration, layout: global.existingLayout(), logger: global.logger("courier", default: .critical))
             defer { client.shutdown() }
             let plan = try await client.planUpdates(.init(products: products, catalog: catalog, receipt: receipt))
             let named = Set(products)

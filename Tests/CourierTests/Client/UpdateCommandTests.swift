@@ -96,13 +96,14 @@ struct UpdateCommandTests {
         #expect(!shop.nginx.accessLog().contains { $0.contains("pack-0.9.zip") })
     }
 
-    @Test("update --product names content that is not delivered: said, exit 1; a store without content has nothing to update")
+    @Test("update --product names content that is not delivered: said, exit 1; no store: said, exit 1, none created")
     func productNotDelivered() throws {
         let shop = try UpdateShop()
         defer { shop.stop() }
-        let empty = try shop.courier(["update", "--catalog", shop.catalog("2.0")])
-        #expect(empty.status == 0, "\(empty.stderr)")
-        #expect(empty.stdout.contains("Nothing to update"))
+        let none = try shop.courier(["update", "--catalog", shop.catalog("2.0")])
+        #expect(none.status == 1, "\(none.stderr)")
+        #expect(none.stderr.contains("no Courier store at"), "\(none.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: shop.storage.path))
         #expect(try shop.deliverV1().status == 0)
         let other = try shop.courier(["update", "--catalog", shop.catalog("2.0"), "--product", "com.example.other"])
         #expect(other.status == 1, "\(other.stderr)")
