@@ -137,6 +137,11 @@ struct NginxGateTests {
         #expect(range.status == 206)
         #expect(range.headers["content-range"] == "bytes 100-199/10000")
         #expect(range.body == stack.fixture.packages[NginxGateTests.small]?.subdata(in: 100..<200))
+        // HEAD asks the gate too (its subrequest is a GET: proxy_method).
+        let head = try CurlExchange.runBlocking(url, ["-I", "-H", "Authorization: Bearer \(token)"])
+        #expect(head.status == 200)
+        #expect(head.headers["content-length"] == "10000")
+        #expect(try CurlExchange.runBlocking(url, ["-I"]).status == 401)
         // 401 and 403 reach the client as the gate said them.
         let anonymous = try CurlExchange.runBlocking(url, [])
         #expect(anonymous.status == 401)
@@ -164,8 +169,8 @@ struct NginxGateTests {
                 decided += Int(line.split(separator: " ").last ?? "") ?? 0
             }
         }
-        // Two allowed, one missing token, one not entitled, one not in the catalog.
-        #expect(decided == 5)
+        // Three allowed, two missing tokens, one not entitled, one not in the catalog.
+        #expect(decided == 7)
     }
 
     @Test("nginx-config refuses what nginx or the gate could not take: exit 2, one line each")
