@@ -201,9 +201,9 @@ public final class CourierClient: Sendable {
         var shown: [String: DownloadRecord] = [:]
         var owners: Set<String> = []
         func poll() {
-            guard let (held, followed) = try? queue.workedElsewhere(scope: scope, following: Array(shown.keys)) else { return }
-            for (key, group) in Dictionary(grouping: held, by: { "\($0.owner.pid)@\($0.owner.host) \($0.owner.token)" })
-            where owners.insert(key).inserted {
+            let seen = try? queue.workedElsewhere(scope: scope, following: Array(shown.keys))
+            guard let (held, followed) = seen else { return }
+            for (token, group) in Dictionary(grouping: held, by: { $0.owner.token }) where owners.insert(token).inserted {
                 let (downloads, owner) = (group.map(\.download), group[0].owner)
                 queue.events.deliver { observer.paymentQueue(queue, downloads: downloads, workedBy: owner) }
             }

@@ -36,24 +36,24 @@ public struct LocalQueueControl: QueueControl {
             return QueueResult(entries: entries)
         case .pause(let target):
             return QueueResult(
-                downloads: try apply(command, target, states: [.waiting, .active]) { try queue.pause([$0]) }
+                downloads: try apply("pause", target, states: [.waiting, .active]) { try queue.pause([$0]) }
             )
         case .resume(.stalled):
             return QueueResult(downloads: try queue.requeueStalled())
         case .resume(let target):
             return QueueResult(
-                downloads: try apply(command, target, states: [.paused, .failed]) { try queue.resume([$0]) }
+                downloads: try apply("resume", target, states: [.paused, .failed]) { try queue.resume([$0]) }
             )
         case .cancel(let target):
             return QueueResult(
-                downloads: try apply(command, target, states: [.waiting, .active, .paused, .failed]) {
+                downloads: try apply("cancel", target, states: [.waiting, .active, .paused, .failed]) {
                     try queue.cancel([$0])
                 }
             )
         case .discard(let target):
             guard case .ids = target else { throw CourierError(.usage, "discard needs download or transaction ids") }
             return QueueResult(
-                downloads: try apply(command, target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
+                downloads: try apply("discard", target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
             )
         case .enqueue(let purchase):
             guard let client else { throw CourierError(.internal, "this queue control cannot enqueue") }
@@ -68,7 +68,7 @@ public struct LocalQueueControl: QueueControl {
     /// `states`). With one named download its refusal is the answer; otherwise downloads the
     /// operation does not apply to are skipped.
     private func apply(
-        _ command: QueueCommand,
+        _ command: String,
         _ target: QueueTarget,
         states: Set<DownloadState>,
         _ operation: (String) throws -> [DownloadRecord]
@@ -80,7 +80,7 @@ public struct LocalQueueControl: QueueControl {
         case .ids(let ids) where !ids.isEmpty:
             targets = try ids.flatMap { try queue.resolve($0) }
         case .ids:
-            throw CourierError(.usage, "\(command.name) needs ids or all")
+            throw CourierError(.usage, "\(command) needs ids or all")
         case .stalled:
             throw CourierError(.usage, "only resume takes the stalled downloads")
         }

@@ -48,19 +48,6 @@ public enum QueueCommand: Sendable, Equatable {
     case discard(QueueTarget)
     /// Validates the receipt, entitles it in the catalog and queues what it proves.
     case enqueue(Purchase)
-
-    /// The command's name on the control socket and in messages.
-    public var name: String {
-        switch self {
-        case .list: "list"
-        case .status: "status"
-        case .pause: "pause"
-        case .resume: "resume"
-        case .cancel: "cancel"
-        case .discard: "discard"
-        case .enqueue: "enqueue"
-        }
-    }
 }
 
 /// What a queue command answers.
