@@ -109,6 +109,32 @@ struct PackageManifestTests {
         #expect(try tree.removeUnlisted(by: catalog, grace: -1).isEmpty)
     }
 
+    @Test("courier prestage publishes a manifest beside each package it stages, named in its catalog", .enabled(if: NginxServer.isAvailable))
+    func prestageCommandPublishesManifests() throws {
+        var upstream = try UpstreamFixture()
+        defer { upstream.root.remove() }
+        for index in 1...2 { try upstream.addProduct("com.example.pack\(index)", bytes: 30_000) }
+        try upstream.writeCatalog()
+        let nginx = try NginxServer(root: upstream.root.url)
+        defer { nginx.stop() }
+        let dest = try TemporaryDirectory(prefix: "courier-stage")
+        defer { dest.remove() }
+        let result = try CourierBinary.run(["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", dest.path])
+        #expect(result.status == 0, "\(result.stderr)")
+        let catalog = try Catalog.decode(Data(contentsOf: dest.appending("catalog.json")))
+        #expect(catalog.products.count == 2)
+        for product in catalog.products {
+            let content = try #require(product.content)
+            let link = try #require(content.manifest, "\(product.productId) has no manifest")
+            #expect(link.url == content.url.replacingOccurrences(of: ".zip", with: ".manifest.json"))
+            let data = try Data(contentsOf: dest.url.appendingPathComponent(link.url))
+            #expect(link.sha256 == PackageManifest.hex(SHA256.hash(data: data)) && link.length == Int64(data.count))
+            let manifest = try PackageManifest.decode(data)
+            #expect(manifest.package.sha256 == content.sha256 && manifest.package.length == content.length)
+            #expect(manifest.files["Contents/data.bin"]?.size == 30_000)
+        }
+    }
+
     @Test("install records each file's SHA-256 as written and its identity; a touched file no longer matches")
     func installRecordsFiles() throws {
         let directory = try TemporaryDirectory()
