@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # 500 content packages of 200 KiB from nginx: `courier prestage --jobs 16` (fetch, verify SHA-256,
-# inspect, stage, publish) vs `aria2c -j16` and `xargs -P16 -n50 curl -s --remote-name-all`
-# (download only), in the same run (release build). Prints mean times and ratios
-# (goal: <= 1.5x curl, faster than aria2c). Then a second prestage run with nothing new.
+# inspect, stage, publish), in one process and with the PostgreSQL queue (`--queue`), vs
+# `aria2c -j16` and `xargs -P16 -n50 curl -s --remote-name-all` (download only), in the same run
+# (release build). Prints mean times and ratios (goal: <= 2.5x xargs curl, with the queue as
+# well as without). Then a second prestage run with nothing new, and one worker against three
+# (`--queue`, one PostgreSQL) on BIG_COUNT packages of BIG_MIB MiB, against xargs curl.
+# PostgreSQL runs from Debian's binaries (PG_BIN) as the postgres user in a temporary folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
@@ -16,8 +19,24 @@ else
   BIN=$COURIER_BIN
 fi
 WORK=$(mktemp -d /tmp/courier-bench-prestage.XXXXXX)
-cleanup() { [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+cleanup() {
+  [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null
+  [ -d "$WORK/pg" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" stop -m immediate >/dev/null 2>&1
+  wait 2>/dev/null; rm -rf "$WORK"
+}
 trap cleanup EXIT
+
+# start_postgres -> sets PG_URL; PostgreSQL refuses root, so it runs as postgres (runuser).
+start_postgres() {
+  chmod 755 "$WORK"; mkdir "$WORK/pg" "$WORK/pglog"; chown postgres:postgres "$WORK/pg" "$WORK/pglog"; chmod 700 "$WORK/pg"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$WORK/pg" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+  local port; port=$(free_port)
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pglog/postgres.log" -w start \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=300" >/dev/null
+  PG_URL="postgresql://postgres@127.0.0.1:$port/postgres"
+  PSQL=(runuser -u postgres -- "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -d postgres -X -q)
+}
 
 mkdir -p "$WORK/upstream" "$WORK/src"
 start_nginx "$WORK/upstream" "$WORK"
@@ -57,9 +76,17 @@ for p in c["products"]:
 json.dump(c, open(f"{work}/catalog.json", "w"))
 PY
 
+start_postgres
+# Courier creates its tables on a first run; then each measured run starts from an empty queue
+# (a run with nothing new would fetch nothing).
+"$BIN" prestage --catalog "$WORK/catalog.json" --dest "$WORK/out-first" --jobs 16 --json --queue "$PG_URL" >/dev/null
+rm -rf "$WORK/out-first"
+RESET_PG="${PSQL[*]} -c \"DELETE FROM prestage_task; DELETE FROM prestage_run\""
 hyperfine -N --warmup 1 --runs "${RUNS:-5}" --export-json "$WORK/prestage.json" \
   --prepare "rm -rf $WORK/out-courier" \
   -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" \
+  --prepare "sh -c 'rm -rf $WORK/out-queue && $RESET_PG'" \
+  -n "courier prestage --queue --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue --jobs 16 --json --queue $PG_URL" \
   --prepare "sh -c 'rm -rf $WORK/out-aria2 && mkdir -p $WORK/out-aria2'" \
   -n "aria2c -j16" "aria2c -q -j16 -x1 --allow-overwrite=true --auto-file-renaming=false -d $WORK/out-aria2 -i $WORK/urls.txt" \
   --prepare "sh -c 'rm -rf $WORK/out-curl && mkdir -p $WORK/out-curl'" \
@@ -67,12 +94,57 @@ hyperfine -N --warmup 1 --runs "${RUNS:-5}" --export-json "$WORK/prestage.json" 
 # Idempotent second run: nothing new to fetch.
 hyperfine -N --runs 5 --export-json "$WORK/again.json" \
   -n "prestage again" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" >&2
-python3 - "$WORK/prestage.json" "$WORK/again.json" "$COUNT" "$SIZE_KIB" <<'PY'
+
+# One worker against three on bigger packages: the same catalog, one PostgreSQL queue.
+BIG_COUNT=${BIG_COUNT:-64}
+BIG_MIB=${BIG_MIB:-8}
+BIG_JOBS=${BIG_JOBS:-8}
+echo "making $BIG_COUNT packages of ${BIG_MIB} MiB..." >&2
+mkdir -p "$WORK/upstream/big"
+python3 - "$WORK" "$BIG_COUNT" "$BIG_MIB" "$BASE" <<'PY'
+import hashlib, json, os, subprocess, sys
+work, count, size_mib, base = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+products, urls = [], []
+for i in range(count):
+    pid = f"com.example.big{i:04d}"
+    root = os.path.join(work, "src", pid)
+    os.makedirs(os.path.join(root, "Contents"), exist_ok=True)
+    with open(os.path.join(root, "ContentInfo.plist"), "w") as f:
+        f.write(f'<?xml version="1.0" encoding="UTF-8"?><plist version="1.0"><dict><key>ContentVersion</key><string>1.0</string>'
+                f'<key>IAPProductIdentifier</key><string>{pid}</string></dict></plist>\n')
+    with open(os.path.join(root, "Contents", "data.bin"), "wb") as f:
+        f.write(os.urandom(size_mib << 20))
+    out = os.path.join(work, "upstream", "big", f"{pid}.zip")
+    subprocess.run(["zip", "-q", "-X", "-0", "-r", out, "ContentInfo.plist", "Contents"], cwd=root, check=True)
+    h = hashlib.sha256()
+    with open(out, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""): h.update(chunk)
+    products.append({"productId": pid, "content": {"url": f"{base}/big/{pid}.zip", "sha256": h.hexdigest(),
+                     "length": os.path.getsize(out), "version": "1.0", "placement": "cache"}})
+    urls.append(f"{base}/big/{pid}.zip")
+json.dump({"bundleId": "com.example.app", "products": products}, open(os.path.join(work, "big.json"), "w"))
+open(os.path.join(work, "big-urls.txt"), "w").write("\n".join(urls) + "\n")
+PY
+ONE="$BIN prestage --catalog $WORK/big.json --dest $WORK/out-big --jobs $BIG_JOBS --json --queue $PG_URL"
+# Three worker processes on the same run; the command ends when all three have.
+THREE="sh -c 'for i in 1 2 3; do $ONE --storage $WORK/st\$i >/dev/null & done; wait'"
+hyperfine -N --runs "${BIG_RUNS:-3}" --export-json "$WORK/workers.json" \
+  --prepare "sh -c 'rm -rf $WORK/out-big && $RESET_PG'" -n "1 worker" "$ONE" \
+  --prepare "sh -c 'rm -rf $WORK/out-big && $RESET_PG'" -n "3 workers" "$THREE" \
+  --prepare "sh -c 'rm -rf $WORK/out-bigcurl && mkdir -p $WORK/out-bigcurl'" \
+  -n "xargs curl big" "sh -c 'cd $WORK/out-bigcurl && xargs -P$BIG_JOBS -n4 curl -s --remote-name-all < $WORK/big-urls.txt'" >&2
+
+python3 - "$WORK/prestage.json" "$WORK/again.json" "$COUNT" "$SIZE_KIB" "$WORK/workers.json" "$BIG_COUNT" "$BIG_MIB" "$BIG_JOBS" <<'PY'
 import json, sys
 r = {x["command"]: x["mean"] for x in json.load(open(sys.argv[1]))["results"]}
 again = json.load(open(sys.argv[2]))["results"][0]["mean"]
-courier, aria, curl = r["courier prestage --jobs 16"], r["aria2c -j16"], r["xargs curl"]
-print(f"prestage {sys.argv[3]} x {sys.argv[4]} KiB: courier {courier:.3f} s, aria2c {aria:.3f} s, xargs curl {curl:.3f} s")
-print(f"courier/curl = {courier/curl:.2f} (goal <= 1.5); courier/aria2c = {courier/aria:.2f} (goal < 1.0)")
+courier, queue, aria, curl = r["courier prestage --jobs 16"], r["courier prestage --queue --jobs 16"], r["aria2c -j16"], r["xargs curl"]
+print(f"prestage {sys.argv[3]} x {sys.argv[4]} KiB: courier {courier:.3f} s, with the PostgreSQL queue {queue:.3f} s, "
+      f"aria2c {aria:.3f} s, xargs curl {curl:.3f} s")
+print(f"courier/curl = {courier/curl:.2f}, queue/curl = {queue/curl:.2f} (goal <= 2.5); courier/aria2c = {courier/aria:.2f}")
 print(f"second run with nothing new: {again:.3f} s")
+w = {x["command"]: x["mean"] for x in json.load(open(sys.argv[5]))["results"]}
+one, three, bigcurl = w["1 worker"], w["3 workers"], w["xargs curl big"]
+print(f"{sys.argv[6]} x {sys.argv[7]} MiB, --jobs {sys.argv[8]} per worker: 1 worker {one:.3f} s, 3 workers {three:.3f} s "
+      f"(speed-up {one/three:.2f}x), xargs -P{sys.argv[8]} curl {bigcurl:.3f} s (1 worker/curl = {one/bigcurl:.2f}, 3/curl = {three/bigcurl:.2f})")
 PY

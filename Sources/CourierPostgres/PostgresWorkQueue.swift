@@ -19,6 +19,9 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     let maxAttempts: Int
     let pollInterval: Duration
     let logger: Logger
+    /// Wakes this process's idle workers when one of its workers records an outcome, so the end
+    /// of a run is seen at once rather than at the next poll.
+    let completions = CompletionSignal()
 
     public init(
         client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
@@ -119,6 +122,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         let state: String
         if case .staged = outcome { state = "staged" } else { state = "failed" }
         let document = try Self.encode(outcome)
+        defer { completions.signal() }
         return try await updated("cannot record a pre-staging outcome in PostgreSQL") {
             try await client.query(
                 """
@@ -145,7 +149,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
             let progress = try await self.progress()
             if progress.open == 0 { return false }
             if progress.claimable > 0 { return true }
-            try await Task.sleep(for: pollInterval)
+            try await completions.wait(upTo: pollInterval)
         }
     }
 
@@ -215,5 +219,64 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         } catch {
             throw PostgresErrors.wrap(error, message)
         }
+    }
+}
+
+/// Idle workers waiting for a completion in this process, or for a timeout.
+final class CompletionSignal: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+    private let lock = NSLock()
+    private var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    /// Waits ended (timeout, cancellation) before their continuation was registered.
+    private var ended = Set<UInt64>()
+    private var next: UInt64 = 0
+
+    /// Resumes every waiter.
+    func signal() {
+        let resumed = lock.withLock {
+            defer { waiters.removeAll() }
+            return Array(waiters.values)
+        }
+        for waiter in resumed { waiter.resume() }
+    }
+
+    /// Returns at the next `signal()` or after `timeout`, whichever comes first; throws when cancelled.
+    func wait(upTo timeout: Duration) async throws {
+        let id = lock.withLock {
+            next += 1
+            return next
+        }
+        let timer = Task {
+            do {
+                try await Task.sleep(for: timeout)
+                self.end(id)
+            } catch {}
+        }
+        defer {
+            timer.cancel()
+            lock.withLock { _ = ended.remove(id) }
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let early = lock.withLock {
+                    if ended.contains(id) { return true }
+                    waiters[id] = continuation
+                    return false
+                }
+                if early { continuation.resume() }
+            }
+        } onCancel: {
+            self.end(id)
+        }
+        try Task.checkCancellation()
+    }
+
+    /// Ends wait `id`: resumes it, or marks it so it returns as soon as it registers.
+    private func end(_ id: UInt64) {
+        let waiter: CheckedContinuation<Void, Never>? = lock.withLock {
+            if let waiter = waiters.removeValue(forKey: id) { return waiter }
+            ended.insert(id)
+            return nil
+        }
+        waiter?.resume()
     }
 }
