@@ -181,7 +181,10 @@ public struct DeltaUpdater: Sendable {
                 "resumed": "\(resumed)",
             ])
 
+        let clock = ContinuousClock()
+        let fetchStarted = clock.now
         let fetch = try await fetchEntries(missing, target: target, store: store, progress: progress, logger: logger)
+        let buildStarted = clock.now
 
         let allowReflink = configuration.allowReflink
         let limits = placer.packages
@@ -203,7 +206,12 @@ public struct DeltaUpdater: Sendable {
         try? FileManager.default.removeItem(at: target.workDirectory)
         logger.debug(
             "delta update placed",
-            metadata: ["version": "\(target.version)", "bytes": "\(fetch.bytes)", "requests": "\(fetch.requests)"])
+            metadata: [
+                "version": "\(target.version)", "bytes": "\(fetch.bytes)", "requests": "\(fetch.requests)",
+                "fetch-seconds": "\(Self.seconds(buildStarted - fetchStarted))",
+                "build-seconds": "\(Self.seconds(clock.now - buildStarted))",
+                "reflinked": "\(build.1)",
+            ])
         return Outcome(
             content: build.0, bytesFetched: fetch.bytes, manifestBytes: manifestBytes, requests: fetch.requests,
             entriesFetched: missing.count, entriesResumed: resumed, entriesReused: plan.reuse.count, entriesReflinked: build.1
@@ -351,6 +359,10 @@ public struct DeltaUpdater: Sendable {
             assembler.removeRawFiles()
             return done
         }
+    }
+
+    static func seconds(_ duration: Duration) -> String {
+        String(format: "%.3f", Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
     }
 
     /// Blocking work (hashing, unpacking, copying) on a Dispatch thread, never on Swift's cooperative pool.
