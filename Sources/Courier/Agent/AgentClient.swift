@@ -6,7 +6,6 @@ import Synchronization
 /// exchange at a time: the connection is held for the whole of a `send` or `subscribe`.
 public final class AgentClient: Sendable {
     private let connection: Mutex<UnixSocketConnection>
-    public let socketPath: String
 
     /// Connects to the agent of `layout` (`Storage/agent.sock`); nil when no agent runs there
     /// (no socket file, or a stale one nobody listens on).
@@ -19,7 +18,6 @@ public final class AgentClient: Sendable {
     /// Connects to the socket at `path`, throwing `notFound` when nothing listens.
     public init(socketPath path: String, timeout: Double = 300) throws {
         connection = Mutex(try UnixSocketConnection.connect(to: path, timeout: timeout))
-        socketPath = path
     }
 
     deinit {

@@ -98,26 +98,28 @@ struct PeerCredentials {
     var gid: gid_t = 0
 }
 
-/// A `sockaddr_un` for a filesystem path.
-struct UnixSocketAddress {
+/// A `sockaddr_un` for a filesystem path, or an abstract one for a path starting with `@`
+/// (as `NOTIFY_SOCKET` may name).
+public struct UnixSocketAddress {
     private var storage = sockaddr_un()
+    private let length: socklen_t
 
-    init(path: String) throws {
-        let bytes = Array(path.utf8)
+    public init(path: String) throws {
+        var bytes = Array(path.utf8)
+        if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }
         let capacity = MemoryLayout.size(ofValue: storage.sun_path)
         guard bytes.count < capacity else {
             throw CourierError(
                 .usage, "the socket path \(path) is longer than \(capacity - 1) bytes", hint: "use a shorter --storage path")
         }
         storage.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &storage.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
+        withUnsafeMutableBytes(of: &storage.sun_path) { raw in raw.copyBytes(from: bytes) }
+        // An abstract name is exactly its bytes; a path ends with its NUL (sockaddr_un is zeroed).
+        length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes.first == 0 ? 0 : 1))
     }
 
-    mutating func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
-        let length = socklen_t(MemoryLayout<sockaddr_un>.size)
+    public mutating func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        let length = length
         return withUnsafePointer(to: &storage) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, length) }
         }

@@ -176,11 +176,9 @@ public final class CourierClient: Sendable {
                     }
                 }
                 // The pipeline answers first (the follower runs until cancelled).
-                while let next = try await group.next() {
-                    if let summary = next {
-                        group.cancelAll()
-                        return summary
-                    }
+                for try await case let summary? in group {
+                    group.cancelAll()
+                    return summary
                 }
                 throw CancellationError()
             }
@@ -207,8 +205,7 @@ public final class CourierClient: Sendable {
                 let (downloads, owner) = (group.map(\.download), group[0].owner)
                 queue.events.deliver { observer.paymentQueue(queue, downloads: downloads, workedBy: owner) }
             }
-            var current = Dictionary(followed.map { ($0.id, $0) }) { first, _ in first }
-            for (download, _) in held { current[download.id] = download }
+            let current = Dictionary((followed + held.map { $0.download }).map { ($0.id, $0) }) { _, held in held }
             let changed = current.values.filter { shown[$0.id] != $0 }.sorted { $0.id < $1.id }
             shown = current
             if !changed.isEmpty { queue.events.deliver { observer.paymentQueue(queue, updatedDownloads: changed) } }
