@@ -41,6 +41,11 @@ public struct DeltaUpdater: Sendable {
         public var attempts: Int = 3
         /// Try a reflink clone of unchanged files before copying (turned off to test the copy).
         public var allowReflink: Bool = true
+        /// Try a hard link to unchanged installed files before a reflink or a copy (turned off
+        /// to test those). Safe because the old version is discarded once the new one is placed.
+        public var allowLink: Bool = true
+        /// The `linkat(2)` behind `allowLink` (tests inject `EXDEV` or `EPERM` through it).
+        package var linker: FileClone.Linker = FileClone.systemLinker
 
         public init() {}
     }
@@ -119,10 +124,11 @@ public struct DeltaUpdater: Sendable {
         /// Range requests sent.
         public var requests: Int
         /// Entries fetched now, entries found fetched by an earlier run, entries taken from the
-        /// installed version (and how many of those were reflinks rather than copies).
+        /// installed version (and how many of those were hard links, or reflinks, rather than copies).
         public var entriesFetched: Int
         public var entriesResumed: Int
         public var entriesReused: Int
+        public var entriesLinked: Int
         public var entriesReflinked: Int
     }
 
@@ -187,21 +193,26 @@ public struct DeltaUpdater: Sendable {
         let buildStarted = clock.now
 
         let allowReflink = configuration.allowReflink
+        let allowLink = configuration.allowLink
+        let linker = configuration.linker
         let limits = placer.packages
         let placer = self.placer
-        let build = try await Self.blocking { () -> (DeliveredContent, Int) in
+        let build = try await Self.blocking { () -> (DeliveredContent, linked: Int, reflinked: Int) in
+            var linked = 0
             var reflinked = 0
             let content = try placer.installBuilt(
                 contentIdentifier: target.contentIdentifier, productId: target.productId, version: target.version,
                 placement: target.placement, unpackedSize: manifest.unpackedSize, fingerprint: "delta:\(target.packageSHA256)"
             ) { staging in
                 let built = try DeltaBuild(
-                    staging: staging, manifest: manifest, plan: plan, store: store, limits: limits, allowReflink: allowReflink
+                    staging: staging, manifest: manifest, plan: plan, store: store, limits: limits, allowReflink: allowReflink,
+                    allowLink: allowLink, linker: linker
                 ).run(packageSHA256: target.packageSHA256)
+                linked = built.linked
                 reflinked = built.reflinked
                 return (built.info, built.files)
             }
-            return (content, reflinked)
+            return (content, linked, reflinked)
         }
         try? FileManager.default.removeItem(at: target.workDirectory)
         logger.debug(
@@ -210,11 +221,12 @@ public struct DeltaUpdater: Sendable {
                 "version": "\(target.version)", "bytes": "\(fetch.bytes)", "requests": "\(fetch.requests)",
                 "fetch-seconds": "\(Self.seconds(buildStarted - fetchStarted))",
                 "build-seconds": "\(Self.seconds(clock.now - buildStarted))",
-                "reflinked": "\(build.1)",
+                "linked": "\(build.linked)", "reflinked": "\(build.reflinked)",
             ])
         return Outcome(
             content: build.0, bytesFetched: fetch.bytes, manifestBytes: manifestBytes, requests: fetch.requests,
-            entriesFetched: missing.count, entriesResumed: resumed, entriesReused: plan.reuse.count, entriesReflinked: build.1
+            entriesFetched: missing.count, entriesResumed: resumed, entriesReused: plan.reuse.count, entriesLinked: build.linked,
+            entriesReflinked: build.reflinked
         )
     }
 
@@ -637,8 +649,16 @@ final class EntryAssembler: @unchecked Sendable {  // @unchecked: `lock` guards 
 
 // MARK: - Building
 
-/// Fills a staging folder with the new version: folders, then each file cloned (or copied) from
-/// the installed version or from the fetched entries. Runs on one Dispatch thread.
+/// Fills a staging folder with the new version: folders, then each file hard-linked, cloned or
+/// copied from the installed version, or cloned or copied from the fetched entries. Runs on one
+/// Dispatch thread.
+///
+/// A hard link shares the installed file's inode: safe because the placer discards the old
+/// version once the new one is in place (and a crash before leaves the old version's bytes as
+/// they were: a link writes no data), and cheap because the data is already durable, so the
+/// `syncfs` before the swap has none of it to write. Each installed inode is linked once (two
+/// entries with the same digest get their own files); the placer records each file's identity
+/// after the build, so the records show the ctime the link gave it.
 private struct DeltaBuild {
     let staging: URL
     let manifest: PackageManifest
@@ -646,10 +666,12 @@ private struct DeltaBuild {
     let store: DeltaEntryStore
     let limits: PackageConfiguration
     let allowReflink: Bool
+    let allowLink: Bool
+    let linker: FileClone.Linker
 
     init(
         staging: URL, manifest: PackageManifest, plan: DeltaPlan, store: DeltaEntryStore, limits: PackageConfiguration,
-        allowReflink: Bool
+        allowReflink: Bool, allowLink: Bool, linker: @escaping FileClone.Linker
     ) {
         self.staging = staging
         self.manifest = manifest
@@ -657,20 +679,38 @@ private struct DeltaBuild {
         self.store = store
         self.limits = limits
         self.allowReflink = allowReflink
+        self.allowLink = allowLink
+        self.linker = linker
     }
 
-    func run(packageSHA256: String) throws -> (info: PackageInfo, files: [ExtractedFile], reflinked: Int) {
+    func run(packageSHA256: String) throws -> (info: PackageInfo, files: [ExtractedFile], linked: Int, reflinked: Int) {
         let root = Glibc.open(staging.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else { throw CourierError.posix("open", path: staging.path) }
         defer { close(root) }
         for folder in plan.folders { close(try openFolder(root, folder)) }
         var files: [ExtractedFile] = []
+        var linked: [(entry: DeltaPlan.Entry, source: InstalledFile)] = []
+        var linkedInodes = Set<Int64>()
         var reflinked = 0
         var info: ContentInfo?
         for (entry, source) in plan.reuse {
-            let fd = try open(source: source)
+            let (fd, status) = try open(source: source)
             defer { close(fd) }
-            if try place(entry, from: fd, root: root) == .reflink { reflinked += 1 }
+            // One name per installed inode: a second entry with the same digest gets its own file.
+            let path = plan.installedFolder.appendingPathComponent(source.path).path
+            let mayLink = allowLink && linkedInodes.insert(source.inode).inserted
+            switch try place(entry, from: fd, root: root, link: mayLink ? (path, status) : nil) {
+            case .link: linked.append((entry, source))
+            case .reflink: reflinked += 1
+            case .copy: break
+            }
+            // Written while it was linked, cloned or copied: not the manifest's bytes for sure.
+            var after = stat()
+            guard fstat(fd, &after) == 0, Int64(after.st_size) == source.size,
+                InstalledFile.nanoseconds(after.st_mtim) == source.mtimeNanoseconds
+            else {
+                throw DeltaUpdater.Fallback("the installed file \(source.path) changed during the update")
+            }
             files.append(ExtractedFile(path: entry.path, size: entry.size, sha256: entry.sha256))
         }
         for entry in plan.fetch {
@@ -678,7 +718,7 @@ private struct DeltaBuild {
             let fd = Glibc.open(url.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
             defer { close(fd) }
-            _ = try place(entry, from: fd, root: root)
+            _ = try place(entry, from: fd, root: root, link: nil)
             files.append(ExtractedFile(path: entry.path, size: entry.size, sha256: entry.sha256))
         }
         // The plist of the new version names the product and version the manifest claims.
@@ -696,11 +736,23 @@ private struct DeltaBuild {
             productId: info.productId, version: info.version, entryCount: manifest.entries.count,
             packedSize: manifest.package.length, unpackedSize: manifest.unpackedSize, sha256: packageSHA256
         )
-        return (packageInfo, files, reflinked)
+        // A linked file is the installed file: one written while the others were built (its
+        // mtime or size moved) must not be recorded as the manifest's bytes.
+        for (entry, source) in linked {
+            var status = stat()
+            guard fstatat(root, entry.path, &status, AT_SYMLINK_NOFOLLOW) == 0, status.st_mode & S_IFMT == S_IFREG,
+                Int64(status.st_ino) == source.inode, Int64(status.st_size) == source.size,
+                InstalledFile.nanoseconds(status.st_mtim) == source.mtimeNanoseconds
+            else {
+                throw DeltaUpdater.Fallback("the installed file \(source.path) changed during the update")
+            }
+        }
+        return (packageInfo, files, linked.count, reflinked)
     }
 
-    /// Opens an installed file, refusing it if it changed since its record was taken.
-    private func open(source: InstalledFile) throws -> Int32 {
+    /// Opens an installed file, refusing it if it changed since its record was taken; returns
+    /// the descriptor and its `fstat`.
+    private func open(source: InstalledFile) throws -> (Int32, stat) {
         let path = plan.installedFolder.appendingPathComponent(source.path).path
         let fd = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DeltaUpdater.Fallback("the installed file \(source.path) vanished during the update") }
@@ -709,14 +761,22 @@ private struct DeltaBuild {
             close(fd)
             throw DeltaUpdater.Fallback("the installed file \(source.path) changed during the update")
         }
-        return fd
+        return (fd, status)
     }
 
-    /// Creates the file of `entry` in staging with the bytes of `source`.
-    private func place(_ entry: DeltaPlan.Entry, from source: Int32, root: Int32) throws -> FileClone.Method {
+    /// Creates the file of `entry` in staging with the bytes of `source`: a hard link to
+    /// `link.path` when given and possible (it must still be the file `link.status` describes),
+    /// else a new file cloned or copied from `source`.
+    private func place(_ entry: DeltaPlan.Entry, from source: Int32, root: Int32, link: (path: String, status: stat)?) throws
+        -> FileClone.Method
+    {
         let parent = entry.components.count > 1 ? try openFolder(root, Array(entry.components.dropLast())) : dup(root)
         guard parent >= 0 else { throw CourierError.posix("dup") }
         defer { close(parent) }
+        let name = entry.components[entry.components.count - 1]
+        if let link, FileClone.link(link.path, matching: link.status, into: parent, name: name, linker: linker) {
+            return .link
+        }
         let fd = openat(parent, entry.components[entry.components.count - 1], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             if errno == EEXIST { throw EntryRules.hostile("the entry \(entry.path.debugDescription) appears twice") }

@@ -177,10 +177,47 @@ public final class ContentPlacer: Sendable {
         guard info.productId == productId, info.version == version else {
             throw CourierError(.integrity, "the built content is \(info.productId) \(info.version), not \(productId) \(version)")
         }
-        return try place(
+        let delivered = try place(
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
             existing: existing, target: target, logger: logger
         )
+        // A built version may share inodes with the old one (a delta update's hard links):
+        // removing the old names moves their ctime, so remove the old version now and record it.
+        removeTree(staging)
+        removeTree(previous)
+        refreshChangeTimes(installId: id, in: contentURL(contentIdentifier, placement: target))
+        return delivered
+    }
+
+    /// Takes the new ctime into the records of install `installId` whose file is otherwise as
+    /// recorded (a regular file, one link, same device, inode, size and mtime): the ctime the
+    /// removal of a shared inode's other name gave it. Best effort: a record left stale only
+    /// makes its file no source for a delta update (it is fetched).
+    private func refreshChangeTimes(installId: String, in folder: URL) {
+        do {
+            let records = try store.pool.read { db in
+                try InstalledFile.filter(Column("installId") == installId).fetchAll(db)
+            }
+            let changed = records.compactMap { record -> (String, Int64)? in
+                var status = stat()
+                guard lstat(folder.appendingPathComponent(record.path).path, &status) == 0, status.st_mode & S_IFMT == S_IFREG,
+                    status.st_nlink == 1, Int64(status.st_dev) == record.device, Int64(status.st_ino) == record.inode,
+                    Int64(status.st_size) == record.size, InstalledFile.nanoseconds(status.st_mtim) == record.mtimeNanoseconds
+                else { return nil }
+                let ctime = InstalledFile.nanoseconds(status.st_ctim)
+                return ctime == record.ctimeNanoseconds ? nil : (record.path, ctime)
+            }
+            guard !changed.isEmpty else { return }
+            try write { db in
+                for (path, ctime) in changed {
+                    try db.execute(
+                        sql: "UPDATE content_file SET ctimeNanoseconds = ? WHERE installId = ? AND path = ?",
+                        arguments: [ctime, installId, path])
+                }
+            }
+        } catch {
+            logger.warning("cannot refresh the file records of an install", metadata: ["error": "\(error)"])
+        }
     }
 
     /// The rest of an install once `staging` holds the new version: backup mark, sync, the

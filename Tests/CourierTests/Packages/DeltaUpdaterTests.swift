@@ -82,13 +82,16 @@ struct DeltaUpdaterTests {
                 workDirectory: DeltaUpdater.workDirectory(in: layout, contentIdentifier: DeltaUpdaterTests.product, packageSHA256: info.sha256))
         }
 
-        func updater(allowReflink: Bool = true) throws -> (DeltaUpdater, CurlHTTPTransport) {
+        func updater(allowReflink: Bool = true, configure: (inout DeltaUpdater.Configuration) -> Void = { _ in }) throws
+            -> (DeltaUpdater, CurlHTTPTransport)
+        {
             var transfer = TransferConfiguration()
             transfer.connectTimeout = 5
             transfer.stallTimeout = 5
             let http = try CurlHTTPTransport(configuration: transfer)
             var configuration = DeltaUpdater.Configuration()
             configuration.allowReflink = allowReflink
+            configure(&configuration)
             return (DeltaUpdater(placer: placer, transfer: transfer, http: http, configuration: configuration, logger: Logger(label: "test")), http)
         }
 
