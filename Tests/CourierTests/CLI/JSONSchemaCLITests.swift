@@ -114,9 +114,17 @@ struct JSONSchemaCLITests {
             #expect(watched.status == 0, "\(watched.stderr)")
             check(watched, "status --watch")
             #expect(watched.events.last?["event"] as? String == "result")
-            // No snapshot repeats the one before it.
+            // No snapshot repeats the one before it: each differs in what a reader sees (state,
+            // pause, bytes, error, owner, stall, source), not only in timestamps or rates.
             let snapshots = watched.events.filter { $0["event"] as? String == "status" }.map { event in
-                ((event["entries"] as? [[String: Any]]) ?? []).map { "\($0["state"] ?? "") \($0["bytesReceived"] ?? "")" }
+                ((event["entries"] as? [[String: Any]]) ?? []).map { entry in
+                    let owner = entry["owner"] as? [String: Any]
+                    let error = entry["error"] as? [String: Any]
+                    return [
+                        entry["transactionState"], entry["state"], entry["pauseReason"], entry["bytesReceived"],
+                        error?["code"], owner?["pid"], owner?["host"], entry["stalled"], entry["source"],
+                    ].map { "\($0 ?? "-")" }.joined(separator: " ")
+                }
             }
             for (before, after) in zip(snapshots, snapshots.dropFirst()) { #expect(before != after, "a repeated snapshot: \(after)") }
         }
