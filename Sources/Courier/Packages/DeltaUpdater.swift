@@ -13,9 +13,11 @@ import Glibc
 /// fetches only the byte ranges of new or changed entries from the package's URL (neighbouring
 /// ranges coalesced, several ranges per request where the origin allows, one per request where
 /// it answers 200 or a single part), unpacks and verifies each (name, CRC-32, SHA-256, size),
-/// then builds the new version in staging from unchanged installed files (a `FICLONE` reflink
-/// where the filesystem supports it, a copy otherwise) plus the fetched entries, and places it
-/// with the placer's atomic swap: the old version stays until the new one is in place.
+/// then builds the new version in staging from unchanged installed files (a hard link to the
+/// installed inode where staging shares its filesystem, else a `FICLONE` reflink where the
+/// filesystem supports it, else a copy) plus the fetched entries, and places it with the
+/// placer's atomic swap: the old version stays until the new one is in place, and is discarded
+/// then (so the new version may share its inodes).
 ///
 /// Fetched entries are kept, unpacked and verified, in `Target.workDirectory` under their
 /// SHA-256, so a run killed or paused part way fetches none of them again; the folder is removed
