@@ -198,8 +198,18 @@ public struct PackageManifest: Sendable, Codable, Equatable {
         package: URL, limits: PackageConfiguration = PackageConfiguration(), digests: [String: String] = [:]
     ) throws -> PackageManifest {
         let preflight = try PackageInspector.preflight(package, limits: limits)
-        let directory = preflight.directory
         let packageDigest = try PackageHasher.hash(package, blockSize: limits.blockSize).get()
+        return try build(package: package, preflight: preflight, packageDigest: packageDigest, limits: limits, digests: digests)
+    }
+
+    /// The manifest of `package` given what a caller already has: its `preflight` (the checks of
+    /// `PackageInspector`) and its lowercase hex SHA-256 `packageDigest` (e.g. verified by the
+    /// download). Reads each file entry's data once, unless `digests` has it.
+    static func build(
+        package: URL, preflight: PackagePreflight, packageDigest: String, limits: PackageConfiguration,
+        digests: [String: String] = [:]
+    ) throws -> PackageManifest {
+        let directory = preflight.directory
         var digests = digests
         let missing = directory.entries.contains { entry in
             guard let name = String(validating: entry.unicodeName ?? entry.name, as: UTF8.self) else { return false }

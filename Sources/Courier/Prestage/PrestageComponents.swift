@@ -41,7 +41,28 @@ public struct InspectingPackageChecker: PackageChecker {
     }
 
     public func check(_ file: URL, task: PrestageTask) throws -> Int64? {
-        let info = try PackageInspector.inspect(file, limits: limits)
+        try checked(file, task: task).declaredUnpackedSize
+    }
+
+    /// The check, then the manifest from the same preflight: the package's digest is the one the
+    /// download verified, so the file is read once more only for each entry's SHA-256 (not
+    /// preflighted and hashed whole again).
+    public func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
+        let preflight = try checked(file, task: task)
+        let manifest = try? PackageManifest.build(
+            package: file, preflight: preflight, packageDigest: task.content.sha256.lowercased(), limits: limits)
+        // The manifest must also pass the default limits a client decodes it with.
+        guard let manifest, (try? manifest.check(PackageConfiguration())) != nil else {
+            return (preflight.declaredUnpackedSize, nil)
+        }
+        return (preflight.declaredUnpackedSize, manifest)
+    }
+
+    /// Every rule of `PackageInspector` (the download already verified the file's SHA-256, so it
+    /// is not hashed again), and a ContentInfo.plist naming the task's product and version.
+    func checked(_ file: URL, task: PrestageTask) throws -> PackagePreflight {
+        let preflight = try PackageInspector.preflight(file, limits: limits)
+        let info = preflight.info
         guard info.productId == task.productId else {
             throw CourierError(
                 .hostilePackage,
@@ -54,6 +75,6 @@ public struct InspectingPackageChecker: PackageChecker {
                 "the package for \(task.contentIdentifier) has version \(info.version.debugDescription), the catalog says \(task.content.version.debugDescription)"
             )
         }
-        return info.unpackedSize
+        return preflight
     }
 }

@@ -22,6 +22,18 @@ public protocol PackageFetcher: Sendable {
 /// unpacked size. The production checker is the package inspector (`InspectingPackageChecker`).
 public protocol PackageChecker: Sendable {
     func check(_ file: URL, task: PrestageTask) throws -> Int64?
+    /// Checks `file` as `check` does and builds the manifest published beside it (nil when the
+    /// package has no manifest form), in the same pass over the package where the checker can.
+    /// `file` has been verified against the task's length and SHA-256. The default calls `check`
+    /// and then builds the manifest from the file.
+    func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?)
+}
+
+extension PackageChecker {
+    public func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
+        let unpacked = try check(file, task: task)
+        return (unpacked, try? PackageManifest.build(package: file, limits: PackageConfiguration()))
+    }
 }
 
 /// What a pre-staging run reports as it goes (NDJSON with `--json`, a progress bar on a terminal).
@@ -342,19 +354,21 @@ public struct PrestageJob: Sendable {
                 events(.progress(task, received: received))
             }
         }
-        let unpacked: Int64?
-        do {
-            let checker = self.checker
-            unpacked = try await Self.blocking { try checker.check(file, task: task) }
-        } catch {
-            // A refused package is not kept: the next run fetches it again.
-            try? FileManager.default.removeItem(at: file)
-            throw error
-        }
+        let checker = self.checker
         let tree = self.tree
-        try await Self.blocking {
-            try PrestageManifests.publish(for: file, packagePath: task.stagedPath, in: tree, limits: PackageConfiguration())
-            try tree.publishPackage(file, at: task.stagedPath)
+        // One blocking step: the check builds the manifest in its pass over the package, and the
+        // manifest and the package are published together (one directory sync for both).
+        let unpacked: Int64? = try await Self.blocking {
+            let checked: (unpackedLength: Int64?, manifest: PackageManifest?)
+            do {
+                checked = try checker.checkAndDescribe(file, task: task)
+            } catch {
+                // A refused package is not kept: the next run fetches it again.
+                try? FileManager.default.removeItem(at: file)
+                throw error
+            }
+            try PrestageManifests.publish(checked.manifest, package: file, at: task.stagedPath, in: tree)
+            return checked.unpackedLength
         }
         return (fetched, unpacked)
     }

@@ -14,16 +14,26 @@ enum PrestageManifests {
         return base + ".manifest.json"
     }
 
-    /// Builds the manifest of the verified package `file` and publishes it beside `packagePath`.
-    /// Returns false (nothing published) when the package has no manifest form (a symbolic link).
+    /// Publishes the verified package `file` at `packagePath` (consuming it) and, first, its
+    /// `manifest` beside it, in one `publishPackages` call: the local manifest file is not
+    /// synced on its own, the tree syncs both files and their folder once. A nil manifest
+    /// publishes the package alone.
+    static func publish(_ manifest: PackageManifest?, package file: URL, at packagePath: String, in tree: any StagingTree) throws {
+        guard let manifest, let data = try? manifest.encoded() else {
+            try tree.publishPackages([(file, packagePath)])
+            return
+        }
+        let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json")
+        try Durable.write(data, to: local, sync: false)
+        try tree.publishPackages([(local, path(besidePackage: packagePath)), (file, packagePath)])
+    }
+
+    /// Builds the manifest of the verified package `file` and publishes it alone beside
+    /// `packagePath` (the package is left where it is). Returns false (nothing published) when
+    /// the package has no manifest form (a symbolic link).
     @discardableResult
     static func publish(for file: URL, packagePath: String, in tree: any StagingTree, limits: PackageConfiguration) throws -> Bool {
-        let manifest: PackageManifest
-        do {
-            manifest = try PackageManifest.build(package: file, limits: limits)
-        } catch {
-            return false
-        }
+        guard let manifest = try? PackageManifest.build(package: file, limits: limits) else { return false }
         let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json")
         try manifest.write(to: local)
         try tree.publishPackage(local, at: path(besidePackage: packagePath))

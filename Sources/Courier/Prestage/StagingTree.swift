@@ -19,6 +19,9 @@ public protocol StagingTree: Sendable {
     func hasPackage(at path: String, length: Int64) throws -> Bool
     /// Publishes the verified local file `file` at `path` and consumes it (it is moved or removed).
     func publishPackage(_ file: URL, at path: String) throws
+    /// Publishes each verified local file at its path, in order, as `publishPackage` does; once it
+    /// returns, all are durable. A local tree syncs each file and each folder once for the batch.
+    func publishPackages(_ files: [(file: URL, path: String)]) throws
     /// Publishes `catalog` atomically. Call only once every package it lists is published.
     func publishCatalog(_ catalog: Catalog) throws
     /// Removes published packages under `packages/` that `catalog` no longer lists, keeping those
@@ -32,6 +35,9 @@ public protocol StagingTree: Sendable {
 
 extension StagingTree {
     public func publishedFile(at path: String) throws -> Data? { nil }
+    public func publishPackages(_ files: [(file: URL, path: String)]) throws {
+        for (file, path) in files { try publishPackage(file, at: path) }
+    }
 }
 
 /// A staging tree in a local folder, the one `courier serve --content DIR` serves:
@@ -76,20 +82,35 @@ public struct LocalStagingTree: StagingTree {
     }
 
     public func publishPackage(_ file: URL, at path: String) throws {
-        let target = try resolve(path)
-        let folder = target.deletingLastPathComponent()
-        do {
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        } catch {
-            throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+        try publishPackages([(file, path)])
+    }
+
+    public func publishPackages(_ files: [(file: URL, path: String)]) throws {
+        var folders: [URL] = []
+        for (file, path) in files {
+            let target = try resolve(path)
+            let folder = target.deletingLastPathComponent()
+            if !folders.contains(folder) {
+                do {
+                    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                } catch {
+                    throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+                }
+                folders.append(folder)
+            }
+            try Durable.fsync(file)
+            // Stage under a temporary name inside the target folder (same filesystem), then rename.
+            let temporary = folder.appendingPathComponent(".\(target.lastPathComponent).\(getpid()).tmp")
+            try Durable.rename(file, to: temporary)
+            try Durable.rename(temporary, to: target)
         }
-        try Durable.fsync(file)
-        // Stage under a temporary name inside the target folder (same filesystem), then rename.
-        let temporary = folder.appendingPathComponent(".\(target.lastPathComponent).\(getpid()).tmp")
-        try Durable.rename(file, to: temporary)
-        try Durable.rename(temporary, to: target)
-        try Durable.fsyncDirectory(folder)
-        try Durable.fsyncDirectory(folder.deletingLastPathComponent())
+        // The renames are durable once each folder, and the folder holding it (a new one), is synced.
+        var synced = Set<URL>()
+        for folder in folders {
+            for directory in [folder, folder.deletingLastPathComponent()] where synced.insert(directory).inserted {
+                try Durable.fsyncDirectory(directory)
+            }
+        }
     }
 
     public func publishCatalog(_ catalog: Catalog) throws {
@@ -172,8 +193,9 @@ enum Durable {
         }
     }
 
-    /// Writes `data` to `file` (created or truncated, mode 0644) and fsyncs it.
-    static func write(_ data: Data, to file: URL) throws {
+    /// Writes `data` to `file` (created or truncated, mode 0644) and fsyncs it, unless `sync` is
+    /// false (the caller syncs it later, e.g. by publishing it).
+    static func write(_ data: Data, to file: URL, sync: Bool = true) throws {
         let fd = open(file.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw CourierError.posix("open", path: file.path) }
         defer { close(fd) }
@@ -188,6 +210,6 @@ enum Durable {
                 offset += n
             }
         }
-        guard Glibc.fsync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
+        guard !sync || Glibc.fsync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
     }
 }

@@ -1,0 +1,100 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+@testable import Courier
+import CourierTestSupport
+
+/// One package's staging work: the check builds the manifest in its own pass (no second
+/// preflight and whole-file hash), and the manifest and package are published in one batch, so
+/// the tree syncs their folder once rather than once per file.
+@Suite("Prestage stage pass")
+struct PrestageStagePassTests {
+    static let product = "com.example.pass"
+
+    /// Copies a local package, as a verified download would leave it.
+    struct CopyFetcher: PackageFetcher {
+        let source: URL
+        func fetch(_ task: PrestageTask, to destination: URL, workDirectory: URL, progress: @escaping @Sendable (Int64) -> Void) async throws -> Int64 {
+            try FileManager.default.copyItem(at: source, to: destination)
+            return task.content.length
+        }
+    }
+
+    /// A local tree that records each `publishPackages` batch (paths only).
+    final class RecordingTree: StagingTree, Sendable {
+        let inner: LocalStagingTree
+        let batches = Mutex<[[String]]>([])
+        init(_ inner: LocalStagingTree) { self.inner = inner }
+        func publishedCatalog() throws -> Catalog? { try inner.publishedCatalog() }
+        func hasPackage(at path: String, length: Int64) throws -> Bool { try inner.hasPackage(at: path, length: length) }
+        func publishPackage(_ file: URL, at path: String) throws { try publishPackages([(file, path)]) }
+        func publishPackages(_ files: [(file: URL, path: String)]) throws {
+            batches.withLock { $0.append(files.map(\.path)) }
+            try inner.publishPackages(files)
+        }
+        func publishCatalog(_ catalog: Catalog) throws { try inner.publishCatalog(catalog) }
+        func removeUnlisted(by catalog: Catalog, grace: TimeInterval) throws -> [String] { try inner.removeUnlisted(by: catalog, grace: grace) }
+        var workDirectory: URL { inner.workDirectory }
+        func publishedFile(at path: String) throws -> Data? { try inner.publishedFile(at: path) }
+    }
+
+    static func makePackage(in directory: TemporaryDirectory) throws -> (URL, PackageInfo) {
+        let source = directory.appending("source")
+        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        try Data(repeating: 7, count: 70_000).write(to: source.appendingPathComponent("data.bin"))
+        let zip = directory.appending("pack.zip")
+        return (zip, try PackageBuilder.create(from: source, productId: product, version: "1.0", output: zip))
+    }
+
+    static func task(_ info: PackageInfo, source: URL) -> PrestageTask {
+        let content = Catalog.Content(url: "http://127.0.0.1:9/pack.zip", sha256: info.sha256, length: info.packedSize, version: "1.0", placement: .cache)
+        return PrestageTask(
+            contentIdentifier: product, productId: product, itemId: nil, source: source, content: content,
+            stagedPath: PrestagePlan.stagedPath(contentIdentifier: product, sha256: info.sha256))
+    }
+
+    @Test("the inspecting checker's manifest is the one built from the package file, and its rules still refuse")
+    func checkerDescribes() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (zip, info) = try Self.makePackage(in: directory)
+        let checker = InspectingPackageChecker(limits: PackageConfiguration())
+        let task = Self.task(info, source: zip)
+        let checked = try checker.checkAndDescribe(zip, task: task)
+        #expect(checked.unpackedLength == info.unpackedSize)
+        #expect(checked.unpackedLength == (try checker.check(zip, task: task)))
+        #expect(checked.manifest == (try PackageManifest.build(package: zip)))
+        var other = task
+        other.productId = "com.example.other"
+        #expect(throws: CourierError.self) { try checker.checkAndDescribe(zip, task: other) }
+        other = task
+        other.content.version = "2.0"
+        #expect(throws: CourierError.self) { try checker.checkAndDescribe(zip, task: other) }
+    }
+
+    @Test("a staged package and its manifest are published in one batch, manifest first, and the catalog names both")
+    func oneBatch() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (zip, info) = try Self.makePackage(in: directory)
+        let tree = RecordingTree(try LocalStagingTree(root: directory.appending("tree")))
+        let task = Self.task(info, source: zip)
+        let upstream = Catalog(bundleId: "b", products: [Catalog.Product(productId: Self.product, content: task.content)])
+        let plan = try PrestagePlan(upstream: upstream, upstreamLocation: nil, tree: tree)
+        try #require(plan.tasks.count == 1)
+        let job = PrestageJob(
+            tree: tree, fetcher: CopyFetcher(source: zip), checker: InspectingPackageChecker(limits: PackageConfiguration()),
+            logger: Logger(label: "test"))
+        let summary = try await job.run(plan) { _ in }
+        #expect(summary.rows.map(\.status) == [.staged])
+        let staged = plan.tasks[0].stagedPath
+        #expect(tree.batches.withLock { $0 } == [[PrestageManifests.path(besidePackage: staged), staged]])
+        let content = try #require(try tree.publishedCatalog()?.products.first?.content)
+        let manifest = try #require(content.manifest)
+        let published = try PackageManifest.decode(#require(try tree.publishedFile(at: manifest.url)))
+        #expect(published == (try PackageManifest.build(package: zip)))
+        #expect(try tree.hasPackage(at: staged, length: info.packedSize))
+    }
+}
