@@ -36,6 +36,10 @@ struct AgentUpdateTests {
         // A new catalog is published (atomically, as prestage does).
         let next = www.appendingPathComponent("catalog.next")
         try FileManager.default.copyItem(at: www.appendingPathComponent("catalog-2.0.json"), to: next)
+        // nginx's ETag is the file's mtime in whole seconds and its length; both catalogs have the
+        // same length, so a v2 written in the same second as v1 would revalidate as unchanged (304).
+        // A publisher's new catalog is written later than the one it replaces: say so explicitly.
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(10)], ofItemAtPath: next.path)
         #expect(rename(next.path, catalog.path) == 0)
         let updated = waitUntil(60) { shop.tree() == shop.expectedTree("2.0") }
         #expect(updated, "\((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
