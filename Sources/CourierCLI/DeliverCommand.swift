@@ -61,6 +61,20 @@ struct DeliverCommand: AsyncParsableCommand {
 }
 
 extension CourierClient {
+    /// The pipeline over `scope` with its progress view, SIGINT/SIGTERM pausing it; returns when
+    /// every event of the run was shown (the client waits for its observer), before any result.
+    func runInForeground(
+        scope: DeliveryScope, output: Output, retryStopped: Bool
+    ) async throws -> (summary: DeliverySummary, view: DeliveryProgressView, interrupted: Bool) {
+        let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
+        let work = Task { try await deliver(scope: scope, retryStopped: retryStopped, observer: view) }
+        let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
+        defer { trap.cancel() }
+        defer { view.finish() }
+        let summary = try await work.value
+        return (summary, view, work.isCancelled)
+    }
+
     /// Runs the pipeline over `scope` in the foreground with progress (a status line on a
     /// terminal, NDJSON events with --json), pausing on SIGINT/SIGTERM (exit 7). Downloads that
     /// stopped for a retryable reason are resumed first when `retryStopped`.
@@ -70,20 +84,7 @@ extension CourierClient {
         }
         let before = try entries()
         let finishedBefore = Set(before.compactMap { $0.download?.state == .finished ? $0.download?.id : nil })
-        let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
-        let work = Task { try await deliver(scope: scope, retryStopped: retryStopped, observer: view) }
-        let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
-        defer { trap.cancel() }
-        let summary: DeliverySummary
-        do {
-            summary = try await work.value
-        } catch {
-            view.finish()
-            throw error
-        }
-        // Every event of the run was shown (the client waits for its observer) before the result.
-        view.finish()
-        let interrupted = work.isCancelled
+        let (summary, view, interrupted) = try await runInForeground(scope: scope, output: output, retryStopped: retryStopped)
         let finished = try entries()
         if output.json {
             var result: [String: Any] = [

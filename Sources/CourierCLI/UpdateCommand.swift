@@ -86,18 +86,7 @@ struct UpdateCommand: AsyncParsableCommand {
             }
 
             let scope = DeliveryScope.downloads(ids)
-            let view = DeliveryProgressView(output: output, queue: client.queue, scope: scope)
-            let work = Task { try await client.deliver(scope: scope, retryStopped: true, observer: view) }
-            let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
-            defer { trap.cancel() }
-            let summary: DeliverySummary
-            do {
-                summary = try await work.value
-            } catch {
-                view.finish()
-                throw error
-            }
-            view.finish()
+            let (summary, view, interrupted) = try await client.runInForeground(scope: scope, output: output, retryStopped: true)
             let updated = try summary.finishedDownloads.compactMap { try client.queue.download($0) }
             if output.json {
                 output.emit(Self.result(updated: updated, unfinished: summary.unfinished, plan: plan, skipped: skipped))
@@ -112,7 +101,7 @@ struct UpdateCommand: AsyncParsableCommand {
                     output.info("courier: the update of \(download.contentIdentifier) is \(download.state.rawValue)\(reason)")
                 }
             }
-            if work.isCancelled {
+            if interrupted {
                 throw CourierError(.paused, "interrupted; the updates are checkpointed", hint: "run the same command again to continue")
             }
             if let error = summary.firstError { throw error }
