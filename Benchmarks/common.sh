@@ -6,9 +6,11 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-# start_nginx ROOT WORKDIR -> sets NGINX_PORT and NGINX_PID
+# start_nginx ROOT WORKDIR [ACCESS_LOG] -> sets NGINX_PORT and NGINX_PID. With ACCESS_LOG, each
+# request is logged there as "URI STATUS BODY_BYTES_SENT" (what a client fetched).
 start_nginx() {
-  local root=$1 work=$2
+  local root=$1 work=$2 access="access_log off;"
+  [ -n "${3:-}" ] && access="log_format bytes '\$request_uri \$status \$body_bytes_sent'; access_log $3 bytes;"
   NGINX_PORT=$(free_port)
   local user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
   cat > "$work/nginx.conf" <<CONF
@@ -19,7 +21,7 @@ pid $work/nginx.pid;
 error_log $work/nginx-error.log warn;
 events { worker_connections 1024; }
 http {
-    access_log off;
+    $access
     client_body_temp_path $work/cb; proxy_temp_path $work/px; fastcgi_temp_path $work/fc;
     uwsgi_temp_path $work/uw; scgi_temp_path $work/sc;
     types { application/zip zip; application/json json; }

@@ -70,31 +70,8 @@ json.dump(catalog("v2", "2.0", True), open(f"{www}/catalog-delta.json", "w"))
 PY
 PACKAGE_BYTES=$(stat -c %s "$WORK/www/v2.zip")
 
-# nginx as common.sh starts it, with an access log: `$body_bytes_sent` counts what each update fetched.
-NGINX_PORT=$(free_port)
-user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
-cat > "$WORK/nginx.conf" <<CONF
-$user
-worker_processes 1;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-events { worker_connections 1024; }
-http {
-    log_format bytes '\$request_uri \$status \$body_bytes_sent';
-    access_log $WORK/access.log bytes;
-    client_body_temp_path $WORK/cb; proxy_temp_path $WORK/px; fastcgi_temp_path $WORK/fc;
-    uwsgi_temp_path $WORK/uw; scgi_temp_path $WORK/sc;
-    types { application/zip zip; application/json json; }
-    default_type application/octet-stream;
-    sendfile on; tcp_nopush on;
-    keepalive_requests 100000;
-    server { listen 127.0.0.1:$NGINX_PORT; root $WORK/www; }
-}
-CONF
-/usr/sbin/nginx -c "$WORK/nginx.conf" -p "$WORK" -e "$WORK/nginx-error.log" >/dev/null 2>&1 &
-NGINX_PID=$!
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$NGINX_PORT/" && break; sleep 0.05; done
+# nginx with an access log: `$body_bytes_sent` counts what each update fetched.
+start_nginx "$WORK/www" "$WORK" "$WORK/access.log"
 BASE="http://127.0.0.1:$NGINX_PORT"
 echo "package of $((PACKAGE_BYTES >> 20)) MiB, $FILES files, $CHANGED changed; origin nginx on $BASE"
 
