@@ -58,13 +58,17 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
     }
 
     public func run() async throws {
+        // Bounded: a pool that misses the end of its shutdown (see PostgresClientRunner) must not
+        // keep the gate from stopping, nor a LISTEN waiting on that pool.
         await cancelWhenGracefulShutdown {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await self.client.run() }
-                group.addTask { await self.listen() }
-                group.addTask { await self.refreshPeriodically() }
-                await group.next()
-                group.cancelAll()
+            await PostgresClientRunner.runCancellable(grace: .seconds(2), logger: self.logger) {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await self.client.run() }
+                    group.addTask { await self.listen() }
+                    group.addTask { await self.refreshPeriodically() }
+                    await group.next()
+                    group.cancelAll()
+                }
             }
         }
     }

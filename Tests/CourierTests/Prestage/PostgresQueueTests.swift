@@ -1,24 +1,19 @@
 @testable import Courier
-import CourierPostgres
+@testable import CourierPostgres
 import CourierServer
 import CourierTestSupport
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 import Testing
 
 /// Runs `body` with a `PostgresClient` on `server`, the client's `run()` beside it.
 func withPostgresClient<T: Sendable>(_ server: PostgresServer, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
     let url = try PostgresURL(parsing: server.url)
-    let client = PostgresClient(configuration: try url.clientConfiguration, backgroundLogger: Logger(label: "test.postgres"))
-    return try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask {
-            await client.run()
-            return nil
-        }
-        defer { group.cancelAll() }
-        return try await body(client)
-    }
+    let logger = Logger(label: "test.postgres")
+    let client = PostgresClient(configuration: try url.clientConfiguration, backgroundLogger: logger)
+    return try await PostgresClientRunner.withRunningClient(client, logger: logger, body)
 }
 
 /// A task as the planner makes it (the queue only stores and hands it over).
@@ -215,6 +210,89 @@ struct PostgresQueueTests {
         }
         let fourth = try await PostgresRefundStore.open(url: url, logger: Self.logger)
         #expect(fourth.isRevoked("2000"))
+    }
+
+    @Test("a gate stopped while its pool is still connecting stops: 40 stores cancelled early, none left hanging")
+    func stopWhileConnecting() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let url = try PostgresURL(parsing: server.url)
+        // Stores stopped while their pool is still creating connections: right after an apply
+        // that leased before run() began, or a moment after run() began. postgres-nio's run()
+        // once missed the end of such a shutdown and the suite hung (the pool had logged
+        // "Connection creation failed … clientClosedConnection"); it does not reproduce at will,
+        // so this races it 40 times under a deadline, and runnerGrace pins the bound itself.
+        let stopped = try await Self.withDeadline(.seconds(90)) {
+            for index in 0..<40 {
+                let store = try await PostgresRefundStore.open(url: url, logger: Self.logger)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    if index % 2 == 0 {
+                        let now = Date()
+                        group.addTask {
+                            _ = try await store.apply(
+                                Self.notification("REVOKE", uuid: "s\(index)", transaction: "\(3000 + index)", signed: now), now: now)
+                        }
+                        group.addTask { try await store.run() }
+                        try await group.next()
+                    } else {
+                        group.addTask { try await store.run() }
+                        try await Task.sleep(for: .milliseconds(index % 4 == 1 ? 0 : 3))
+                    }
+                    group.cancelAll()
+                }
+            }
+        }
+        #expect(stopped, "a refund store's run() did not return after cancellation")
+    }
+
+    @Test("PostgresClientRunner: returns at once when the pool ends; within the grace when it ignores cancellation")
+    func runnerGrace() async throws {
+        let logger = Self.logger
+        let quick = ContinuousClock.now
+        await PostgresClientRunner.runCancellable(grace: .seconds(30), logger: logger) {}
+        #expect(ContinuousClock.now - quick < .seconds(10))
+        // An operation that never ends, whatever happens: the caller still gets back after the grace.
+        let stuck = Shared<CheckedContinuation<Void, Never>?>(nil)
+        let caller = Task {
+            await PostgresClientRunner.runCancellable(grace: .milliseconds(200), logger: logger) {
+                await withCheckedContinuation { continuation in stuck.withLock { $0 = continuation } }
+            }
+        }
+        try await Self.waitUntil("the operation runs") { stuck.withLock { $0 != nil } }
+        let cancelled = ContinuousClock.now
+        caller.cancel()
+        let returned = try await Self.withDeadline(.seconds(30)) { await caller.value }
+        #expect(returned)
+        #expect(ContinuousClock.now - cancelled >= .milliseconds(200))
+        stuck.withLock { $0?.resume(); $0 = nil }
+    }
+
+    /// Runs `body` and reports whether it ended within `limit` (true), or gave up on it (false):
+    /// a hang becomes a failed expectation, not a suite that never ends.
+    static func withDeadline(_ limit: Duration, _ body: @escaping @Sendable () async throws -> Void) async throws -> Bool {
+        let work = Task { try await body() }
+        let deadline = ContinuousClock.now + limit
+        let finished = Shared(false)
+        let watcher = Task {
+            _ = try? await work.value
+            finished.withLock { $0 = true }
+        }
+        while ContinuousClock.now < deadline {
+            if finished.withLock({ $0 }) {
+                try await work.value
+                return true
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        watcher.cancel()
+        return false
+    }
+
+    /// A value shared with escaping closures.
+    final class Shared<Value: Sendable>: Sendable {
+        let mutex: Mutex<Value>
+        init(_ value: Value) { mutex = Mutex(value) }
+        func withLock<R: Sendable>(_ body: (inout sending Value) -> sending R) -> R { mutex.withLock(body) }
     }
 
     /// Polls `condition` every 20 ms for up to 30 s (an event in another process or connection).
