@@ -12,6 +12,12 @@ import PostgresNIO
 /// still claimed by the same worker, so a worker whose lease expired cannot overwrite the outcome
 /// of the one that took over; a paused or cancelled task is handed back instead (waiting). A task
 /// whose lease expired `maxAttempts` times (its workers kept dying) fails rather than loop forever.
+///
+/// These per-task changes commit without waiting for the WAL flush (`synchronous_commit = off`
+/// for their own transaction, set in the statement): a server crash may lose the last few, which
+/// only hands a task back or runs an idempotent task again. A `staged` outcome is recorded only
+/// once the staging tree has synced the package (`recordsOutliveProcess`). The run's plan insert
+/// and its publication (`PostgresPrestage`) keep full durability.
 public struct PostgresWorkQueue: PrestageWorkQueue {
     let client: PostgresClient
     public let runId: Int64
@@ -41,6 +47,11 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     }
 
     public var heartbeatInterval: Duration? { lease / 3 }
+    public var recordsOutliveProcess: Bool { true }
+
+    /// A one-row `FROM` item that turns off the WAL flush wait for the statement's own
+    /// transaction (`set_config(…, is_local => true)`; one round trip, no BEGIN/COMMIT).
+    static let asynchronousCommit = "(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 
     public func enqueue(_ tasks: [PrestageTask]) async throws {
         guard !tasks.isEmpty else { return }
@@ -87,7 +98,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                 UPDATE prestage_task AS t
                 SET state = 'claimed', worker = \(worker), attempts = t.attempts + 1,
                     lease_expires_at = now() + make_interval(secs => \(leaseSeconds))
-                FROM next
+                FROM next, \(unescaped: Self.asynchronousCommit)
                 WHERE t.run_id = \(runId) AND t.download_id = next.download_id
                 RETURNING t.task::text, next.previous
                 """, logger: logger)
@@ -114,6 +125,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                 try await client.query(
                     """
                     UPDATE prestage_task SET state = 'waiting', worker = NULL, lease_expires_at = NULL
+                    FROM \(unescaped: Self.asynchronousCommit)
                     WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
                     RETURNING 1
                     """, logger: logger)
@@ -127,6 +139,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
             try await client.query(
                 """
                 UPDATE prestage_task SET state = \(state), outcome = \(document)::jsonb, lease_expires_at = NULL
+                FROM \(unescaped: Self.asynchronousCommit)
                 WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
                 RETURNING 1
                 """, logger: logger)
@@ -138,6 +151,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
             try await client.query(
                 """
                 UPDATE prestage_task SET lease_expires_at = now() + make_interval(secs => \(leaseSeconds))
+                FROM \(unescaped: Self.asynchronousCommit)
                 WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
                 RETURNING 1
                 """, logger: logger)

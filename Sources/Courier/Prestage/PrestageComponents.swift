@@ -1,7 +1,8 @@
 import Foundation
 
 /// Fetches packages with the transfer engine: resumable (journals beside the partial files in
-/// the staging tree's work folder), verified against the catalog's length and SHA-256.
+/// the staging tree's work folder), verified against the catalog's length and SHA-256. The file
+/// is left unsynced (`DownloadDurability.deferredToCaller`): the job syncs the tree once.
 public struct TransferPackageFetcher: PackageFetcher {
     let engine: TransferEngine
 
@@ -15,7 +16,7 @@ public struct TransferPackageFetcher: PackageFetcher {
         workDirectory: URL,
         progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> Int64 {
-        let request = DownloadRequest(
+        var request = DownloadRequest(
             id: task.downloadId,
             url: task.source,
             destination: destination,
@@ -23,7 +24,10 @@ public struct TransferPackageFetcher: PackageFetcher {
             expectedLength: task.content.length,
             expectedSHA256: task.content.sha256.lowercased()
         )
-        let journal = FileResumeJournalStore(directory: workDirectory)
+        // The staging tree makes the run's files durable together, before the catalog names
+        // them (`StagingTree.syncPublished`): no fsync per file, journal or folder here.
+        request.durability = .deferredToCaller
+        let journal = FileResumeJournalStore(directory: workDirectory, syncs: false)
         let result = try await engine.download(request, journal: journal) { update in
             progress(update.bytesReceived)
         }

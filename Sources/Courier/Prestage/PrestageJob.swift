@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Logging
 import Metrics
@@ -178,10 +177,14 @@ public struct PrestageJob: Sendable {
         }
         let workers = max(1, min(configuration.jobs, tasks))
         let prefix = configuration.workerName
+        // A shared queue's record outlives this machine: a package is recorded staged only once
+        // a sync covers it, one `syncPublished` for every package staged meanwhile.
+        let tree = self.tree
+        let sync = queue.recordsOutliveProcess ? GroupSync { try tree.syncPublished() } : nil
         await withTaskGroup(of: Void.self) { group in
             for index in 0..<workers {
                 group.addTask {
-                    await work(worker: "\(prefix)-\(index)", downloads: downloads, events: events)
+                    await work(worker: "\(prefix)-\(index)", downloads: downloads, sync: sync, events: events)
                 }
             }
         }
@@ -227,8 +230,9 @@ public struct PrestageJob: Sendable {
         events: @escaping @Sendable (PrestageEvent) -> Void
     ) throws -> PrestageSummary {
         var (summary, catalog, paused) = Self.summarize(plan, outcomes: outcomes)
-        catalog = PrestageManifests.attach(to: catalog, tree: tree)
-        let changed = try tree.publishedCatalog() != catalog
+        let published = try tree.publishedCatalog()
+        catalog = PrestageManifests.attach(to: catalog, tree: tree, published: published)
+        let changed = published != catalog
         if changed {
             try tree.publishCatalog(catalog)
             logger.debug("published the catalog", metadata: ["packages": "\(catalog.allContent.count)"])
@@ -245,7 +249,7 @@ public struct PrestageJob: Sendable {
         return summary
     }
 
-    private func work(worker: String, downloads: URL, events: @escaping @Sendable (PrestageEvent) -> Void) async {
+    private func work(worker: String, downloads: URL, sync: GroupSync?, events: @escaping @Sendable (PrestageEvent) -> Void) async {
         while !Task.isCancelled {
             let claimed: PrestageTask?
             do {
@@ -265,7 +269,14 @@ public struct PrestageJob: Sendable {
             PrestageMetrics.claimed.increment()
             events(.started(task))
             let started = ContinuousClock.now
-            let outcome = await stageWithHeartbeat(task, worker: worker, downloads: downloads, events: events)
+            var outcome = await stageWithHeartbeat(task, worker: worker, downloads: downloads, events: events)
+            if let sync, case .staged = outcome {
+                do {
+                    try await sync.sync()
+                } catch {
+                    outcome = .failed((error as? CourierError) ?? CourierError(.io, "cannot sync the staging tree", cause: "\(error)"))
+                }
+            }
             PrestageMetrics.taskDuration.record(duration: started.duration(to: .now))
             switch outcome {
             case .staged(let bytes, _):
@@ -386,17 +397,7 @@ public struct PrestageJob: Sendable {
     /// Whether `file` exists with the task's length and SHA-256 (left by a run interrupted
     /// between the fetch and the publication).
     static func isVerified(_ file: URL, task: PrestageTask) throws -> Bool {
-        guard let handle = try? FileHandle(forReadingFrom: file) else { return false }
-        defer { try? handle.close() }
-        var hasher = SHA256()
-        var length: Int64 = 0
-        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
-            hasher.update(data: chunk)
-            length += Int64(chunk.count)
-            if length > task.content.length { return false }
-        }
-        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
-        return length == task.content.length && digest == task.content.sha256.lowercased()
+        Durable.matches(file, length: task.content.length, sha256: task.content.sha256)
     }
 }
 
@@ -412,5 +413,53 @@ public enum PrestageMetrics {
 
     static func failed(_ code: CourierError.Code) -> Counter {
         Counter(label: "courier_prestage_tasks_failed_total", dimensions: [("code", code.rawValue)])
+    }
+}
+
+/// Group commit of a blocking sync: each caller returns once a sync that started after it called
+/// has completed; callers arriving while one runs share the next. Syncs run on a Dispatch thread.
+final class GroupSync: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+    private let body: @Sendable () throws -> Void
+    private let lock = NSLock()
+    /// Syncs started so far, and whether one is running.
+    private var started: UInt64 = 0
+    private var running = false
+    /// Callers waiting for the sync numbered `target` (or a later one) to complete.
+    private var waiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+
+    init(_ body: @escaping @Sendable () throws -> Void) {
+        self.body = body
+    }
+
+    /// Returns once a sync started after this call has completed; throws its error.
+    func sync() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let start: UInt64? = lock.withLock {
+                waiters.append((started + 1, continuation))
+                guard !running else { return nil }
+                running = true
+                started += 1
+                return started
+            }
+            if let start { run(start) }
+        }
+    }
+
+    private func run(_ number: UInt64) {
+        DispatchQueue.global(qos: .utility).async { [self] in
+            let result = Result { try body() }
+            let (done, next): ([CheckedContinuation<Void, any Error>], UInt64?) = lock.withLock {
+                let done = waiters.filter { $0.target <= number }.map(\.continuation)
+                waiters.removeAll { $0.target <= number }
+                guard !waiters.isEmpty else {
+                    running = false
+                    return (done, nil)
+                }
+                started += 1
+                return (done, started)
+            }
+            for continuation in done { continuation.resume(with: result) }
+            if let next { run(next) }
+        }
     }
 }

@@ -41,15 +41,29 @@ enum PrestageManifests {
     }
 
     /// `catalog` with each content's `manifest` naming the manifest published beside its package
-    /// (its digest and length read from the tree); content without one is left as it is.
-    static func attach(to catalog: Catalog, tree: any StagingTree) -> Catalog {
+    /// (its digest and length read from the tree); content without one is left as it is. A
+    /// manifest whose package `catalog` already named with the same manifest is kept as it was
+    /// published; any other is named only if it decodes and describes that package (one a
+    /// crashed run left torn is not).
+    static func attach(to catalog: Catalog, tree: any StagingTree, published: Catalog? = nil) -> Catalog {
+        // Manifests the published catalog names, by package path and digest: durable as named.
+        var known: [String: Catalog.Manifest] = [:]
+        for entry in published?.allContent ?? [] {
+            if let manifest = entry.content.manifest { known["\(entry.content.url)\n\(entry.content.sha256.lowercased())"] = manifest }
+        }
         func link(_ content: Catalog.Content) -> Catalog.Content {
             guard content.url.hasSuffix(".zip"), !content.url.contains("://") else { return content }
             let path = path(besidePackage: content.url)
             guard let data = try? tree.publishedFile(at: path), data.count <= PackageManifest.maxDocumentSize else { return content }
+            let digest = PackageManifest.hex(SHA256.hash(data: data))
+            let named = known["\(content.url)\n\(content.sha256.lowercased())"]
+            if named?.url != path || named?.sha256 != digest {
+                guard let manifest = try? PackageManifest.decode(data), manifest.package.sha256 == content.sha256.lowercased(),
+                    manifest.package.length == content.length
+                else { return content }
+            }
             var result = content
-            result.manifest = Catalog.Manifest(
-                url: path, sha256: PackageManifest.hex(SHA256.hash(data: data)), length: Int64(data.count))
+            result.manifest = Catalog.Manifest(url: path, sha256: digest, length: Int64(data.count))
             return result
         }
         var result = catalog

@@ -30,8 +30,12 @@ public struct PrestageTask: Sendable, Codable, Equatable {
 /// tree already holds, and the catalog to publish once they are staged.
 ///
 /// A package is staged under a path derived from its identifier and SHA-256, so "already staged"
-/// is "a file of the right length is published at that path" (publishing is atomic, so a file
-/// that is there is whole and was verified). A second run with nothing new fetches nothing.
+/// is "a file of the right length is published at that path, and the published catalog names
+/// it" (publishing is atomic and the catalog is published only once its packages are durable).
+/// A file at its path that the published catalog does not name was left by a run that ended
+/// before its catalog (killed, or a power cut that may have torn it): its bytes are checked
+/// against the catalog's length and SHA-256 first, and it is fetched again unless they match.
+/// A second run with nothing new reads no package and fetches nothing.
 public struct PrestagePlan: Sendable {
     /// The packages to fetch, in catalog order.
     public var tasks: [PrestageTask]
@@ -62,6 +66,8 @@ public struct PrestagePlan: Sendable {
         var unchanged: [String] = []
         var refused: [(String, String)] = []
         var seen = Set<String>()
+        // Paths the published catalog names with their digest: durable, never rewritten.
+        let durable = Set((published?.allContent ?? []).map { "\($0.content.url)\n\($0.content.sha256.lowercased())" })
         for entry in upstream.allContent {
             if let products, !products.contains(entry.productId) { continue }
             let identifier = entry.contentIdentifier
@@ -83,8 +89,12 @@ public struct PrestagePlan: Sendable {
             }
             let path = Self.stagedPath(contentIdentifier: identifier, sha256: entry.content.sha256)
             if try tree.hasPackage(at: path, length: entry.content.length) {
-                unchanged.append(identifier)
-                continue
+                let sha256 = entry.content.sha256.lowercased()
+                let named = durable.contains("\(path)\n\(sha256)")
+                if try named || tree.hasVerifiedPackage(at: path, length: entry.content.length, sha256: sha256) {
+                    unchanged.append(identifier)
+                    continue
+                }
             }
             tasks.append(
                 PrestageTask(

@@ -71,6 +71,11 @@ public protocol PrestageWorkQueue: Sendable {
     func renew(_ task: PrestageTask, worker: String) async throws -> Bool
     /// How often a worker renews its lease while it stages a task; nil when leases never expire.
     var heartbeatInterval: Duration? { get }
+    /// Whether recorded outcomes outlive this process and machine (a shared queue): a `staged`
+    /// outcome is then recorded only once the tree has made the package durable, since the
+    /// coordinator that publishes the catalog trusts it. False for the in-process queue, whose
+    /// outcomes die with it (the catalog publish syncs the tree first).
+    var recordsOutliveProcess: Bool { get }
     /// Called by a worker that found nothing to claim: waits until a task may be claimable again
     /// (another worker's lease expired) and returns true, or returns false once no task of the
     /// run will ever be claimable (every one is staged or failed).
@@ -82,6 +87,7 @@ public protocol PrestageWorkQueue: Sendable {
 extension PrestageWorkQueue {
     public func renew(_ task: PrestageTask, worker: String) async throws -> Bool { true }
     public var heartbeatInterval: Duration? { nil }
+    public var recordsOutliveProcess: Bool { false }
     public func awaitWork() async throws -> Bool { false }
 }
 

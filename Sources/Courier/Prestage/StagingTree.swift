@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 #if canImport(Glibc)
@@ -7,9 +8,12 @@ import Glibc
 /// Where `courier prestage` publishes packages and the catalog that `courier serve` reads.
 ///
 /// Publishing is atomic: a reader sees a package or catalog whole or not at all, and the catalog
-/// is published last, so every package it lists is already there. A local folder implements it
-/// with temporary names, fsync and rename; object storage would with a PUT per object (see
-/// docs/scaling.md). Package paths are relative to the catalog, e.g.
+/// is published last, so every package it lists is already there. The catalog is the durability
+/// point: packages are published without a sync each, and `publishCatalog` makes them durable
+/// together (`syncPublished`) before the catalog that names them. A package at its path that no
+/// published catalog names may therefore be torn by a power cut: the plan checks its bytes
+/// (`hasVerifiedPackage`) before trusting it. A local folder implements this with rename and one
+/// `syncfs`; object storage would with a PUT per object (see docs/scaling.md). Package paths are relative to the catalog, e.g.
 /// `packages/com.example.pack1/<sha256>.zip`; a path names its bytes, so a staged path is never
 /// rewritten, only added or removed.
 public protocol StagingTree: Sendable {
@@ -17,12 +21,21 @@ public protocol StagingTree: Sendable {
     func publishedCatalog() throws -> Catalog?
     /// Whether a complete package of `length` bytes is published at `path`.
     func hasPackage(at path: String, length: Int64) throws -> Bool
+    /// Whether the file at `path` has exactly `length` bytes with SHA-256 `sha256` (lowercase
+    /// hex): a package published by a run that ended before its catalog, which a power cut may
+    /// have torn. The default trusts `hasPackage` (a tree whose every publish is durable).
+    func hasVerifiedPackage(at path: String, length: Int64, sha256: String) throws -> Bool
     /// Publishes the verified local file `file` at `path` and consumes it (it is moved or removed).
+    /// Durable once `syncPublished` (or `publishCatalog`) returns.
     func publishPackage(_ file: URL, at path: String) throws
-    /// Publishes each verified local file at its path, in order, as `publishPackage` does; once it
-    /// returns, all are durable. A local tree syncs each file and each folder once for the batch.
+    /// Publishes each verified local file at its path, in order, as `publishPackage` does.
     func publishPackages(_ files: [(file: URL, path: String)]) throws
-    /// Publishes `catalog` atomically. Call only once every package it lists is published.
+    /// Makes every package published so far durable (a local tree: one `syncfs`). A job calls it
+    /// before it records a package as staged where the record outlives this machine (a shared
+    /// queue); `publishCatalog` calls it itself. The default does nothing (every publish durable).
+    func syncPublished() throws
+    /// Makes every published package durable, then publishes `catalog` atomically. Call only once
+    /// every package it lists is published.
     func publishCatalog(_ catalog: Catalog) throws
     /// Removes published packages under `packages/` that `catalog` no longer lists, keeping those
     /// modified within `grace` seconds (a client may still be resuming one). Returns the paths removed.
@@ -35,6 +48,10 @@ public protocol StagingTree: Sendable {
 
 extension StagingTree {
     public func publishedFile(at path: String) throws -> Data? { nil }
+    public func syncPublished() throws {}
+    public func hasVerifiedPackage(at path: String, length: Int64, sha256: String) throws -> Bool {
+        try hasPackage(at: path, length: length)
+    }
     public func publishPackages(_ files: [(file: URL, path: String)]) throws {
         for (file, path) in files { try publishPackage(file, at: path) }
     }
@@ -46,6 +63,8 @@ extension StagingTree {
 /// DIR/packages/<contentIdentifier>/<sha256>.zip  published by rename, never rewritten
 /// DIR/.prestage/                                partial downloads and journals (not served)
 /// ```
+/// Nothing is fsynced per file: `syncPublished` flushes the tree's filesystem (`syncfs`) once,
+/// and `publishCatalog` does so before the catalog's own rename.
 public struct LocalStagingTree: StagingTree {
     public let root: URL
 
@@ -85,38 +104,50 @@ public struct LocalStagingTree: StagingTree {
         try publishPackages([(file, path)])
     }
 
+    public func hasVerifiedPackage(at path: String, length: Int64, sha256: String) throws -> Bool {
+        Durable.matches(try resolve(path), length: length, sha256: sha256)
+    }
+
+    /// Renames each file to its path (one `rename`, atomic for readers). Nothing is synced here.
     public func publishPackages(_ files: [(file: URL, path: String)]) throws {
-        var folders: [URL] = []
+        var folders = Set<String>()
         for (file, path) in files {
             let target = try resolve(path)
             let folder = target.deletingLastPathComponent()
-            if !folders.contains(folder) {
-                do {
-                    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-                } catch {
-                    throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
-                }
-                folders.append(folder)
-            }
-            try Durable.fsync(file)
-            // Stage under a temporary name inside the target folder (same filesystem), then rename.
-            let temporary = folder.appendingPathComponent(".\(target.lastPathComponent).\(getpid()).tmp")
-            try Durable.rename(file, to: temporary)
-            try Durable.rename(temporary, to: target)
+            if folders.insert(folder.path).inserted { try Self.makeFolder(folder) }
+            try Durable.rename(file, to: target)
         }
-        // The renames are durable once each folder, and the folder holding it (a new one), is synced.
-        var synced = Set<URL>()
-        for folder in folders {
-            for directory in [folder, folder.deletingLastPathComponent()] where synced.insert(directory).inserted {
-                try Durable.fsyncDirectory(directory)
-            }
+    }
+
+    /// Creates `folder` (its parent exists in the common case: one `mkdir`, no stat).
+    private static func makeFolder(_ folder: URL) throws {
+        if mkdir(folder.path, 0o755) == 0 || errno == EEXIST { return }
+        do {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        } catch {
+            throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+        }
+    }
+
+    /// One `syncfs` of the filesystem holding the tree (and of the one holding `packages/`, when
+    /// another filesystem is mounted there): every file and rename under it is then durable.
+    public func syncPublished() throws {
+        let packages = root.appendingPathComponent("packages", isDirectory: true)
+        try FilesystemSync.flush(containing: root)
+        var rootInfo = stat()
+        var packagesInfo = stat()
+        if stat(root.path, &rootInfo) == 0, stat(packages.path, &packagesInfo) == 0, rootInfo.st_dev != packagesInfo.st_dev {
+            try FilesystemSync.flush(containing: packages)
         }
     }
 
     public func publishCatalog(_ catalog: Catalog) throws {
         let data = try catalog.encoded()
         let temporary = root.appendingPathComponent(".catalog.json.\(getpid()).tmp")
-        try Durable.write(data, to: temporary)
+        // The sync makes the packages, their folders and the new catalog's bytes durable at once;
+        // only then does the name `catalog.json` point at it.
+        try Durable.write(data, to: temporary, sync: false)
+        try syncPublished()
         try Durable.rename(temporary, to: catalogFile)
         try Durable.fsyncDirectory(root)
     }
@@ -173,6 +204,29 @@ extension Catalog {
 
 /// Small durable-write helpers: data is fsynced before the name that points at it exists.
 enum Durable {
+    /// Whether `file` has exactly `length` bytes whose SHA-256 is `sha256` (hex, any case).
+    static func matches(_ file: URL, length: Int64, sha256: String) -> Bool {
+        let fd = open(file.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG, Int64(status.st_size) == length else { return false }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: Int(min(max(length, 1), 1 << 20)))
+        var total: Int64 = 0
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return false }
+            if count == 0 { break }
+            total += Int64(count)
+            if total > length { return false }
+            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
+        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return total == length && digest == sha256.lowercased()
+    }
+
     static func fsync(_ file: URL) throws {
         let fd = open(file.path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw CourierError.posix("open", path: file.path) }

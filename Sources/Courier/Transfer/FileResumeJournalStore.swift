@@ -9,7 +9,10 @@ import Glibc
 /// `courier get`, whose journal lives beside the file it downloads.
 ///
 /// `save` is durable when it returns: the journal is written to a temporary file, fsynced,
-/// renamed over the old one, and the folder is fsynced.
+/// renamed over the old one, and the folder is fsynced. A store made with `syncs: false` (the
+/// pre-staging job's, which syncs its tree's filesystem at once) skips both fsyncs: a journal
+/// lost or older after a power cut costs a refetch, never a wrong byte, because a journal's
+/// `durableOffset` is only ever raised after the data up to it was fsynced (a checkpoint).
 ///
 /// The side files are never followed through a symlink (`O_NOFOLLOW`): a symlink planted at the
 /// journal reads as no journal and is replaced (the rename replaces the link, not its target),
@@ -19,13 +22,16 @@ import Glibc
 public struct FileResumeJournalStore: ResumeJournalStore {
     public let directory: URL
     private let logger: Logger?
+    /// Whether `save` fsyncs the journal and its folder. Default true.
+    public let syncs: Bool
 
     /// The largest journal file read; a bigger one is not a journal this store wrote.
     static let maximumFileSize = 64 << 10
 
-    public init(directory: URL, logger: Logger? = nil) {
+    public init(directory: URL, logger: Logger? = nil, syncs: Bool = true) {
         self.directory = directory
         self.logger = logger
+        self.syncs = syncs
     }
 
     /// The side file of `downloadId` (the id with anything but letters, digits, `.`, `-`, `_`
@@ -109,7 +115,7 @@ public struct FileResumeJournalStore: ResumeJournalStore {
                 }
                 written += count
             }
-            return fsync(fd) == 0 ? nil : errno
+            return !syncs || fsync(fd) == 0 ? nil : errno
         }
         close(fd)
         if let failed {
@@ -119,6 +125,7 @@ public struct FileResumeJournalStore: ResumeJournalStore {
         guard rename(temporary.path, file.path) == 0 else {
             throw CourierError.posix("rename", path: file.path)
         }
+        guard syncs else { return }
         let folder = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if folder >= 0 {
             fsync(folder)

@@ -269,10 +269,13 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         try store.save(journal)
     }
 
-    /// Makes everything durable and returns the length and SHA-256 of the whole file (queue only).
-    func finish() throws -> (length: Int64, sha256: String) {
-        guard fdatasync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
-        durableOffset = writtenOffset
+    /// Makes everything durable (unless `sync` is false: the caller syncs the file later) and
+    /// returns the length and SHA-256 of the whole file (queue only).
+    func finish(sync: Bool = true) throws -> (length: Int64, sha256: String) {
+        if sync {
+            guard fdatasync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
+            durableOffset = writtenOffset
+        }
         let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
         progress.finish(bytes: writtenOffset)
         return (writtenOffset, digest)

@@ -24,6 +24,8 @@ public struct DownloadRequest: Sendable {
     /// More URLs serving the same bytes (a catalog's mirrors), tried in order after `url`: a
     /// failing origin hands over to the next one, which resumes where the previous stopped.
     public var mirrors: [URL] = []
+    /// When the finished file is made durable. Default `onCompletion`.
+    public var durability: DownloadDurability = .onCompletion
 
     public init(
         id: String,
@@ -45,6 +47,18 @@ public struct DownloadRequest: Sendable {
         self.headers = headers
         self.additionalSpaceNeeded = additionalSpaceNeeded
     }
+}
+
+/// When a finished download's bytes and its rename are made durable.
+public enum DownloadDurability: Sendable, Equatable {
+    /// Before `download` returns: the file is fsynced, then renamed, then its folder fsynced
+    /// (`courier get`, `deliver`: the caller reports the file as soon as it returns).
+    case onCompletion
+    /// Later, by the caller, together with other files (`courier prestage` syncs its staging
+    /// tree's filesystem once, before it publishes the catalog that names them, and checks again
+    /// what a crashed run left unpublished). Checkpoints of a long download still fsync the data
+    /// before the journal says it is durable, so a resume never trusts unsynced bytes.
+    case deferredToCaller
 }
 
 /// Where a download stands: delivered to the progress closure without blocking the transfer.
@@ -211,7 +225,8 @@ public final class TransferEngine: Sendable {
         var digest: String
         while true {
             try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
-            (length, digest) = try await writer.perform { try writer.finish() }
+            let syncs = request.durability == .onCompletion
+            (length, digest) = try await writer.perform { try writer.finish(sync: syncs) }
             guard let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length,
                 !fallbacks.isEmpty
             else { break }
@@ -519,11 +534,13 @@ public final class TransferEngine: Sendable {
         sameOrigin(old, new) && old.path == new.path
     }
 
-    /// Renames the verified partial file to its destination and makes the rename durable.
+    /// Renames the verified partial file to its destination and makes the rename durable
+    /// (unless the request defers that to its caller).
     private static func place(_ request: DownloadRequest) throws {
         guard rename(request.partialFile.path, request.destination.path) == 0 else {
             throw CourierError.posix("rename to", path: request.destination.path)
         }
+        guard request.durability == .onCompletion else { return }
         let folder = Glibc.open(request.destination.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if folder >= 0 {
             fsync(folder)

@@ -210,6 +210,45 @@ struct PrestageCommandTests {
         #expect(fetched <= (try upstream.data("slow/com.example.big")).count - Int(durable), "a resume must not fetch again what was durable")
     }
 
+    @Test("a package torn by a power cut before the catalog was published is fetched again, never published torn")
+    func tornPackageIsFetchedAgain() throws {
+        var upstream = try UpstreamFixture()
+        defer { upstream.root.remove() }
+        try upstream.addProduct("com.example.torn")
+        try upstream.addProduct("com.example.kept")
+        try upstream.writeCatalog()
+        let nginx = try NginxServer(root: upstream.root.url)
+        defer { nginx.stop() }
+        let dest = try TemporaryDirectory(prefix: "courier-stage")
+        defer { dest.remove() }
+        let arguments = ["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", dest.path, "--json"]
+        let first = try CourierBinary.run(arguments)
+        #expect(first.status == 0, "\(first.stderr)")
+        let staged = try Catalog.decode(Data(contentsOf: dest.appending("catalog.json")))
+        let torn = try #require(staged.product("com.example.torn")?.content)
+        let tornManifest = try #require(torn.manifest)
+        // As after a power cut between the packages' renames and the sync before the catalog:
+        // no catalog, one package zeroed at its full length, its manifest garbage.
+        try FileManager.default.removeItem(at: dest.appending("catalog.json"))
+        try Data(count: Int(torn.length)).write(to: dest.url.appendingPathComponent(torn.url))
+        try Data("{\"torn".utf8).write(to: dest.url.appendingPathComponent(tornManifest.url))
+
+        let second = try CourierBinary.run(arguments)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(second.events.last?["staged"] as? Int == 1)
+        #expect(second.events.last?["unchanged"] as? Int == 1)
+        let requests = Self.packageRequests(nginx)
+        #expect(requests.filter { $0.contains("com.example.torn.zip") }.count == 2, "the torn package is fetched again: \(requests)")
+        #expect(requests.filter { $0.contains("com.example.kept.zip") }.count == 1, "the intact package is not: \(requests)")
+        let published = try Catalog.decode(Data(contentsOf: dest.appending("catalog.json")))
+        let content = try #require(published.product("com.example.torn")?.content)
+        #expect(try Data(contentsOf: dest.url.appendingPathComponent(content.url)) == (try upstream.data("com.example.torn")))
+        let manifest = try #require(content.manifest)
+        let manifestData = try Data(contentsOf: dest.url.appendingPathComponent(manifest.url))
+        #expect(try PackageManifest.decode(manifestData).package.sha256 == content.sha256)
+        #expect(SHA256.hash(data: manifestData).map { String(format: "%02x", $0) }.joined() == manifest.sha256)
+    }
+
     @Test("SIGINT pauses: exit 7, what was staged is published, the next run finishes the rest")
     func interruptPublishesWhatIsStaged() throws {
         var upstream = try UpstreamFixture()
