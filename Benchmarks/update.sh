@@ -3,8 +3,9 @@
 # version 2.0 changes CHANGED (default 3) files. `courier update` to 2.0 twice from the same
 # installed 1.0, against the same nginx in the same run: with a catalog that names the package's
 # manifest (delta by entry: only the changed entries' byte ranges) and with one that does not
-# (the whole package). Prints the bytes each fetched (nginx's access log) and the times, and the
-# ratios: delta bytes / package size (goal <= 6%), delta time / full time (goal <= 10%). Not a test.
+# (the whole package). Prints the bytes each fetched (nginx's access log) and wrote to storage
+# (the process's write_bytes), the times, and the ratios: delta bytes / package size (goal <= 6%),
+# delta time / full time (goal <= 10%). Not a test.
 #
 #   Benchmarks/update.sh                                    # release build
 #   COURIER_BIN=.build/debug/courier SIZE_MIB=16 RUNS=1 Benchmarks/update.sh
@@ -89,20 +90,33 @@ run() {
   cat "$WORK/www/v2.zip" > /dev/null   # page cache warm for both updates
   sync
   : > "$WORK/access.log"
-  local start end
+  local start end written
   start=$(date +%s.%N)
-  "$BIN" update --catalog "$BASE/catalog-$mode.json" --trust-root "$TRUST" --environment Sandbox \
-    --storage "$WORK/Storage" > "$WORK/update-$mode.out"
+  # The bytes the update wrote to storage (its write_bytes, from getrusage's ru_oublock).
+  written=$(python3 - "$WORK/update-$mode.out" "$BIN" update --catalog "$BASE/catalog-$mode.json" --trust-root "$TRUST" \
+    --environment Sandbox --storage "$WORK/Storage" <<'PY'
+import os, sys
+out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+pid = os.fork()
+if pid == 0:
+    os.dup2(out, 1)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+if os.waitstatus_to_exitcode(status) != 0:
+    sys.exit(f"update exited with {os.waitstatus_to_exitcode(status)}")
+print(usage.ru_oublock * 512)
+PY
+)
   end=$(date +%s.%N)
   local version
   version=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select version from delivered_content').fetchone()[0])" "$WORK/Storage/state.sqlite")
   [ "$version" = "2.0" ] || { echo "update ($mode) left version $version" >&2; exit 1; }
   sleep 0.2   # nginx writes a request's log line once it has sent the response
-  python3 - "$start" "$end" "$WORK/access.log" <<'PY'
+  python3 - "$start" "$end" "$WORK/access.log" "$written" <<'PY'
 import sys
-start, end, log = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+start, end, log, written = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 total = sum(int(line.split()[2]) for line in open(log) if "/v2." in line.split()[0])
-print(f"{end - start:.3f} {total}")
+print(f"{end - start:.3f} {total} {written}")
 PY
 }
 
@@ -118,10 +132,13 @@ rest = sys.argv[5:]
 split = rest.index("--")
 full = [tuple(map(float, r.split())) for r in rest[:split]]
 delta = [tuple(map(float, r.split())) for r in rest[split + 1:]]
-ft, db = statistics.mean(t for t, _ in full), statistics.mean(b for _, b in delta)
-dt, fb = statistics.mean(t for t, _ in delta), statistics.mean(b for _, b in full)
-print(f"full update : {ft:.2f} s mean of {len(full)} ({', '.join(f'{t:.2f}' for t, _ in full)}), {fb / 2**20:.1f} MiB fetched")
-print(f"delta update: {dt:.2f} s mean of {len(delta)} ({', '.join(f'{t:.2f}' for t, _ in delta)}), {db / 2**20:.2f} MiB fetched")
+ft, db = statistics.mean(t for t, _, _ in full), statistics.mean(b for _, b, _ in delta)
+dt, fb = statistics.mean(t for t, _, _ in delta), statistics.mean(b for _, b, _ in full)
+fw, dw = statistics.mean(w for _, _, w in full), statistics.mean(w for _, _, w in delta)
+print(f"full update : {ft:.2f} s mean of {len(full)} ({', '.join(f'{t:.2f}' for t, _, _ in full)}), "
+      f"{fb / 2**20:.1f} MiB fetched, {fw / 2**20:.1f} MiB written")
+print(f"delta update: {dt:.2f} s mean of {len(delta)} ({', '.join(f'{t:.2f}' for t, _, _ in delta)}), "
+      f"{db / 2**20:.2f} MiB fetched, {dw / 2**20:.2f} MiB written ({dw / max(db, 1):.2f}x the bytes fetched)")
 print(f"delta bytes / package = {db / package * 100:.2f}% (goal <= 6%)")
 print(f"delta time / full time = {dt / ft * 100:.1f}% (goal <= 10%)")
 PY

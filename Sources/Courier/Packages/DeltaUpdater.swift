@@ -15,13 +15,14 @@ import Glibc
 /// it answers 200 or a single part), unpacks and verifies each (name, CRC-32, SHA-256, size),
 /// then builds the new version in staging from unchanged installed files (a hard link to the
 /// installed inode where staging shares its filesystem, else a `FICLONE` reflink where the
-/// filesystem supports it, else a copy) plus the fetched entries, and places it with the
-/// placer's atomic swap: the old version stays until the new one is in place, and is discarded
-/// then (so the new version may share its inodes).
+/// filesystem supports it, else a copy) plus the fetched entries (hard-linked the same way, so
+/// their bytes are written once, when unpacked), and places it with the placer's atomic swap:
+/// the old version stays until the new one is in place, and is discarded then (so the new
+/// version may share its inodes).
 ///
 /// Fetched entries are kept, unpacked and verified, in `Target.workDirectory` under their
 /// SHA-256, so a run killed or paused part way fetches none of them again; the folder is removed
-/// once the new version is placed. An installed file whose size, mtime, ctime or inode differ
+/// once the new version is placed (by the placer, before it records the files' ctimes). An installed file whose size, mtime, ctime or inode differ
 /// from its record is not trusted as a source (its entry is fetched).
 ///
 /// Whenever the delta cannot be trusted or used it throws `DeltaUpdater.Fallback` with a
@@ -132,6 +133,10 @@ public struct DeltaUpdater: Sendable {
         public var entriesReused: Int
         public var entriesLinked: Int
         public var entriesReflinked: Int
+        /// Files of the new version that are the fetched entries themselves (hard links into
+        /// the work folder, not copies): the files of the fetched and resumed entries, less any
+        /// second file of one digest and any link the filesystem refused.
+        public var fetchedLinked: Int
     }
 
     public let placer: ContentPlacer
@@ -199,36 +204,35 @@ public struct DeltaUpdater: Sendable {
         let linker = configuration.linker
         let limits = placer.packages
         let placer = self.placer
-        let build = try await Self.blocking { () -> (DeliveredContent, linked: Int, reflinked: Int) in
-            var linked = 0
-            var reflinked = 0
+        let build = try await Self.blocking { () -> (DeliveredContent, linked: Int, reflinked: Int, fetchedLinked: Int) in
+            var counts = (linked: 0, reflinked: 0, fetchedLinked: 0)
+            // The work folder goes once the new version is placed: its entries may be linked into it.
             let content = try placer.installBuilt(
                 contentIdentifier: target.contentIdentifier, productId: target.productId, version: target.version,
-                placement: target.placement, unpackedSize: manifest.unpackedSize, fingerprint: "delta:\(target.packageSHA256)"
+                placement: target.placement, unpackedSize: manifest.unpackedSize, fingerprint: "delta:\(target.packageSHA256)",
+                discarding: target.workDirectory
             ) { staging in
                 let built = try DeltaBuild(
                     staging: staging, manifest: manifest, plan: plan, store: store, limits: limits, allowReflink: allowReflink,
                     allowLink: allowLink, linker: linker
                 ).run(packageSHA256: target.packageSHA256)
-                linked = built.linked
-                reflinked = built.reflinked
+                counts = (built.linked, built.reflinked, built.fetchedLinked)
                 return (built.info, built.files)
             }
-            return (content, linked, reflinked)
+            return (content, counts.linked, counts.reflinked, counts.fetchedLinked)
         }
-        try? FileManager.default.removeItem(at: target.workDirectory)
         logger.debug(
             "delta update placed",
             metadata: [
                 "version": "\(target.version)", "bytes": "\(fetch.bytes)", "requests": "\(fetch.requests)",
                 "fetch-seconds": "\(Self.seconds(buildStarted - fetchStarted))",
                 "build-seconds": "\(Self.seconds(clock.now - buildStarted))",
-                "linked": "\(build.linked)", "reflinked": "\(build.reflinked)",
+                "linked": "\(build.linked)", "reflinked": "\(build.reflinked)", "fetched-linked": "\(build.fetchedLinked)",
             ])
         return Outcome(
             content: build.0, bytesFetched: fetch.bytes, manifestBytes: manifestBytes, requests: fetch.requests,
             entriesFetched: missing.count, entriesResumed: resumed, entriesReused: plan.reuse.count, entriesLinked: build.linked,
-            entriesReflinked: build.reflinked
+            entriesReflinked: build.reflinked, fetchedLinked: build.fetchedLinked
         )
     }
 
@@ -652,8 +656,7 @@ final class EntryAssembler: @unchecked Sendable {  // @unchecked: `lock` guards 
 // MARK: - Building
 
 /// Fills a staging folder with the new version: folders, then each file hard-linked, cloned or
-/// copied from the installed version, or cloned or copied from the fetched entries. Runs on one
-/// Dispatch thread.
+/// copied from the installed version or from the fetched entries. Runs on one Dispatch thread.
 ///
 /// A hard link shares the installed file's inode: safe because the placer discards the old
 /// version once the new one is in place (and a crash before leaves the old version's bytes as
@@ -661,6 +664,11 @@ final class EntryAssembler: @unchecked Sendable {  // @unchecked: `lock` guards 
 /// `syncfs` before the swap has none of it to write. Each installed inode is linked once (two
 /// entries with the same digest get their own files); the placer records each file's identity
 /// after the build, so the records show the ctime the link gave it.
+///
+/// A fetched entry (`entries/<sha256>`, fsynced when it was verified) is linked the same way,
+/// its mode first set to an extracted file's: its bytes are then written once, when unpacked.
+/// The placer removes the work folder once the new version is placed and before it takes the
+/// ctimes that removal moved into the records.
 private struct DeltaBuild {
     let staging: URL
     let manifest: PackageManifest
@@ -685,7 +693,9 @@ private struct DeltaBuild {
         self.linker = linker
     }
 
-    func run(packageSHA256: String) throws -> (info: PackageInfo, files: [ExtractedFile], linked: Int, reflinked: Int) {
+    func run(packageSHA256: String) throws -> (
+        info: PackageInfo, files: [ExtractedFile], linked: Int, reflinked: Int, fetchedLinked: Int
+    ) {
         let root = Glibc.open(staging.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else { throw CourierError.posix("open", path: staging.path) }
         defer { close(root) }
@@ -715,12 +725,21 @@ private struct DeltaBuild {
             }
             files.append(ExtractedFile(path: entry.path, size: entry.size, sha256: entry.sha256))
         }
+        var linkedEntries = Set<String>()
+        var fetchedLinked = 0
         for entry in plan.fetch {
             let url = store.entry(entry.sha256)
             let fd = Glibc.open(url.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
             defer { close(fd) }
-            _ = try place(entry, from: fd, root: root, link: nil)
+            // One name per fetched entry: a second path with the same digest gets its own file.
+            var link: (path: String, status: stat)?
+            if allowLink && linkedEntries.insert(entry.sha256).inserted {
+                var status = stat()
+                guard fchmod(fd, 0o644) == 0, fstat(fd, &status) == 0 else { throw CourierError.posix("fstat", path: url.path) }
+                link = (url.path, status)
+            }
+            if try place(entry, from: fd, root: root, link: link) == .link { fetchedLinked += 1 }
             files.append(ExtractedFile(path: entry.path, size: entry.size, sha256: entry.sha256))
         }
         // The plist of the new version names the product and version the manifest claims.
@@ -749,7 +768,7 @@ private struct DeltaBuild {
                 throw DeltaUpdater.Fallback("the installed file \(source.path) changed during the update")
             }
         }
-        return (packageInfo, files, linked.count, reflinked)
+        return (packageInfo, files, linked.count, reflinked, fetchedLinked)
     }
 
     /// Opens an installed file, refusing it if it changed since its record was taken; returns

@@ -142,6 +142,9 @@ public final class ContentPlacer: Sendable {
     ///
     /// `build` receives the empty staging folder (on the destination's filesystem) and returns
     /// what it placed there; if it throws, the folder is removed and nothing changes. Blocking.
+    /// `discarding`, when given, is a folder removed once the new version is placed, before the
+    /// records take the ctimes that removal moved: one whose files `build` hard-linked into the
+    /// new version (a delta update's fetched entries), so that they are its only names then.
     package func installBuilt(
         contentIdentifier: String,
         productId: String,
@@ -149,6 +152,7 @@ public final class ContentPlacer: Sendable {
         placement target: Catalog.Placement,
         unpackedSize: Int64,
         fingerprint: String,
+        discarding: URL? = nil,
         build: (URL) throws -> (info: PackageInfo, files: [ExtractedFile])
     ) throws -> DeliveredContent {
         try Self.checkIdentifier(contentIdentifier)
@@ -181,10 +185,12 @@ public final class ContentPlacer: Sendable {
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
             existing: existing, target: target, logger: logger
         )
-        // A built version may share inodes with the old one (a delta update's hard links):
-        // removing the old names moves their ctime, so remove the old version now and record it.
+        // A built version may share inodes with the old one and with `discarding` (a delta
+        // update's hard links): removing the other names moves their ctime, so remove them now
+        // and record it.
         removeTree(staging)
         removeTree(previous)
+        if let discarding { removeTree(discarding) }
         refreshChangeTimes(installId: id, in: contentURL(contentIdentifier, placement: target))
         return delivered
     }

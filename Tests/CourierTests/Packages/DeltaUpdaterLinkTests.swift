@@ -84,6 +84,73 @@ struct DeltaUpdaterLinkTests {
         #expect(try Self.recordsMatch(fixture))
     }
 
+    @Test("a fetched entry is linked, not copied: the new file is the work folder's inode; one file per digest; records valid")
+    func fetchedEntriesAreLinked() async throws {
+        try #require(NginxServer.isAvailable)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let v1 = fixture.files(count: 6, size: 32 << 10)
+        var v2 = fixture.files(count: 6, size: 32 << 10, changed: [1, 4], seed: 2)
+        // A second path with f04's new bytes: the same digest, fetched once, its own file.
+        v2["data/copy-of-f04.bin"] = v2["data/f04.bin"]
+        let v3 = fixture.files(count: 6, size: 32 << 10, changed: [1, 4, 5], seed: 2)
+        let old = try fixture.package("v1", version: "1.0", files: v1)
+        let new = try fixture.package("v2", version: "2.0", files: v2)
+        let newer = try fixture.package("v3", version: "3.0", files: v3)
+        _ = try fixture.install(old.zip, version: "1.0")
+        let nginx = try NginxServer(root: fixture.site)
+        defer { nginx.stop() }
+        let target = try fixture.target(base: nginx.url, name: "v2", version: "2.0", info: new.info)
+        let entries = target.workDirectory.appendingPathComponent("entries").path + "/"
+        // The inode of each fetched entry linked, by the new name it was linked as.
+        let linkedEntries = Locked<[String: ino_t]>([:])
+        let (updater, http) = try fixture.updater { configuration in
+            configuration.linker = { path, directory, name in
+                if path.hasPrefix(entries), let status = Self.status(URL(fileURLWithPath: path)) {
+                    linkedEntries.value[name] = status.st_ino
+                }
+                return linkat(AT_FDCWD, path, directory, name, 0)
+            }
+        }
+        defer { http.shutdown() }
+
+        let outcome = try await updater.update(target)
+
+        #expect(fixture.installed() == v2)
+        // f01, f04, copy-of-f04 and ContentInfo.plist: three digests fetched, three files linked.
+        #expect(outcome.entriesFetched == 3)
+        #expect(outcome.fetchedLinked == 3)
+        let linked = linkedEntries.value
+        #expect(Set(linked.keys) == ["f01.bin", "ContentInfo.plist", "f04.bin"] || Set(linked.keys) == ["f01.bin", "ContentInfo.plist", "copy-of-f04.bin"])
+        let folder = fixture.placer.contentURL(DeltaUpdaterTests.product, placement: .documents)
+        for path in ["Contents/data/f01.bin", "Contents/data/f04.bin", "Contents/data/copy-of-f04.bin", "ContentInfo.plist"] {
+            let status = try #require(Self.status(folder.appendingPathComponent(path)))
+            let name = String(path.split(separator: "/").last ?? "")
+            if let inode = linked[name] { #expect(status.st_ino == inode, "\(path)") }
+            // The work folder is gone: each file is its inode's only name, with an extracted file's mode.
+            #expect(status.st_nlink == 1, "\(path)")
+            #expect(status.st_mode & 0o777 == 0o644 & ~Self.umask(), "\(path)")
+        }
+        #expect(Self.status(folder.appendingPathComponent("Contents/data/f04.bin"))?.st_ino
+            != Self.status(folder.appendingPathComponent("Contents/data/copy-of-f04.bin"))?.st_ino)
+        #expect(Self.status(target.workDirectory) == nil)
+        // The records show the ctime the work folder's removal gave the linked files: the next
+        // update reuses them (f01 and f04 as v2 has them; f05 and the plist change).
+        #expect(try Self.recordsMatch(fixture))
+        let next = try await updater.update(try fixture.target(base: nginx.url, name: "v3", version: "3.0", info: newer.info))
+        #expect(fixture.installed() == v3)
+        #expect(next.entriesFetched == 2)
+        #expect(next.entriesReused == 5)
+        #expect(try Self.recordsMatch(fixture))
+    }
+
+    /// The process's file-mode creation mask.
+    static func umask() -> mode_t {
+        let mask = Glibc.umask(0o022)
+        Glibc.umask(mask)
+        return mask
+    }
+
     @Test("links refused (EXDEV, EPERM): the unchanged files are copied, the update is the same")
     func refusedLinksFallBackToCopies() async throws {
         try #require(NginxServer.isAvailable)
@@ -113,7 +180,9 @@ struct DeltaUpdaterLinkTests {
             #expect(fixture.installed() == v2)
             #expect(outcome.entriesReused == 5)
             #expect(outcome.entriesLinked == 0)
-            #expect(calls.value == 5)
+            #expect(outcome.fetchedLinked == 0)
+            // 5 unchanged files, then the 2 fetched entries (f01, ContentInfo.plist): all copied.
+            #expect(calls.value == 7)
             #expect(Self.status(Self.contents(fixture).appendingPathComponent("data/f00.bin"))?.st_ino != inode)
             #expect(try Self.recordsMatch(fixture))
         }
