@@ -42,6 +42,8 @@ struct QueueListing: Encodable {
         var transactionId: String
         var productId: String
         var transactionState: String
+        /// The App Store refunded or revoked the transaction; absent when it did not.
+        var revoked: Bool?
         var downloadId: String?
         var contentIdentifier: String?
         var state: String?
@@ -81,6 +83,7 @@ struct QueueListing: Encodable {
             transactionId = entry.transactionId
             productId = entry.productId
             transactionState = entry.transactionState.rawValue
+            revoked = entry.revoked ? true : nil
             stalled = entry.stalled?.rawValue
             if let lease = entry.lease {
                 owner = Owner(pid: lease.owner.pid, host: lease.owner.host, alive: entry.ownerAlive ?? false, heartbeatAt: lease.heartbeatAt)

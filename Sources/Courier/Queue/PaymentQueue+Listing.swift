@@ -23,6 +23,8 @@ public struct QueueEntry: Sendable, Codable, Equatable {
     public var transactionId: String
     public var productId: String
     public var transactionState: TransactionState
+    /// The App Store refunded or revoked the transaction (its stored copy says so).
+    public var revoked: Bool
     public var transactionCreatedAt: Date
     public var download: DownloadRecord?
     public var lease: Lease?
@@ -84,7 +86,7 @@ extension PaymentQueue {
                 entries.append(
                     QueueEntry(
                         transactionId: row.transactionId, productId: row.productId,
-                        transactionState: row.transactionState, transactionCreatedAt: row.transactionCreatedAt,
+                        transactionState: row.transactionState, revoked: row.revoked, transactionCreatedAt: row.transactionCreatedAt,
                         download: row.download, lease: row.lease, ownerAlive: alive,
                         stalled: row.download?.stallReason(lease: row.lease, now: now, stallTimeout: stallTimeout, host: host)))
             }

@@ -73,6 +73,32 @@ extension PaymentQueue {
         return record
     }
 
+    /// Records the refunds that `copies` show (copies of stored transactions read later, such as
+    /// a fresh receipt's): a stored transaction whose copy is not revoked takes the revoked copy,
+    /// which entitlement checks (`verifiedTransactions`: `courier update`, the agent's updates)
+    /// and `list` (`QueueEntry.revoked`) read from then on. Its state is left as it is: a finished
+    /// purchase stays finished, and its content stays where it is. Copies of transactions the
+    /// store lacks, and copies that are not revoked, are ignored. Returns the transactions
+    /// recorded revoked now.
+    @discardableResult
+    public func recordRevocations(_ copies: [VerifiedTransaction]) throws -> [TransactionRecord] {
+        let revoked = VerifiedTransaction.latestCopies(copies).filter { $0.revocationDate != nil }
+        guard !revoked.isEmpty else { return [] }
+        return try commit { db -> ([TransactionRecord], [PaymentQueueEvent]) in
+            var records: [TransactionRecord] = []
+            for copy in revoked {
+                guard var record = try QueueStore.fetchTransaction(db, id: copy.transactionId),
+                    record.verified.revocationDate == nil
+                else { continue }
+                record.verified = copy
+                record.updatedAt = Date()
+                try QueueStore.update(db, transaction: record, verified: true)
+                records.append(record)
+            }
+            return (records, records.isEmpty ? [] : [.updatedTransactions(records)])
+        }
+    }
+
     /// Every verified transaction in the store, finished or not (a revoked one as recorded):
     /// what an update checks entitlements against.
     public func verifiedTransactions() throws -> [VerifiedTransaction] {

@@ -61,7 +61,12 @@ enum QueueStore {
             ])
     }
 
-    static func update(_ db: Database, transaction t: TransactionRecord) throws {
+    /// Writes the state of `t` (and, with `verified`, its stored copy: a refund recorded).
+    static func update(_ db: Database, transaction t: TransactionRecord, verified: Bool = false) throws {
+        if verified {
+            let json = String(decoding: try encoder.encode(t.verified), as: UTF8.self)
+            try db.cachedStatement(sql: "UPDATE transactions SET verified = ? WHERE id = ?").execute(arguments: [json, t.id])
+        }
         try db.cachedStatement(sql: """
                 UPDATE transactions SET state = ?, errorCode = ?, errorMessage = ?, updatedAt = ?, finishedAt = ?
                 WHERE id = ?
@@ -340,6 +345,7 @@ enum QueueStore {
         var transactionId: String
         var productId: String
         var transactionState: TransactionState
+        var revoked: Bool
         var transactionCreatedAt: Date
         var download: DownloadRecord?
         var lease: Lease?
@@ -351,6 +357,7 @@ enum QueueStore {
         let rows = try Row.fetchCursor(
             db.cachedStatement(sql: """
                 SELECT t.id AS t_id, t.productId AS t_productId, t.state AS t_state, t.createdAt AS t_createdAt,
+                    json_extract(t.verified, '$.revocationDate') IS NOT NULL AS t_revoked,
                     l.downloadId AS l_downloadId, l.ownerPid AS l_ownerPid, l.ownerStartTime AS l_ownerStartTime,
                     l.host AS l_host, l.token AS l_token, l.acquiredAt AS l_acquiredAt,
                     l.heartbeatAt AS l_heartbeatAt, l.expiresAt AS l_expiresAt, d.*
@@ -374,7 +381,7 @@ enum QueueStore {
             try body(
                 EntryRow(
                     transactionId: row["t_id"], productId: row["t_productId"],
-                    transactionState: TransactionState(rawValue: stateText) ?? .failed,
+                    transactionState: TransactionState(rawValue: stateText) ?? .failed, revoked: row["t_revoked"],
                     transactionCreatedAt: Date(timeIntervalSince1970: row["t_createdAt"]),
                     download: (row["id"] as String?) == nil ? nil : try download(row), lease: lease))
         }

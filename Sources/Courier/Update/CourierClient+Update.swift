@@ -21,14 +21,20 @@ extension CourierClient {
 
     /// Plans the update of delivered content against the catalog (`UpdatePlanner`): the catalog is
     /// loaded (revalidated from the cache: ETag, 304) and the store's verified transactions (plus a
-    /// receipt's copies of them) decide what is still entitled. Nothing is written.
+    /// receipt's copies of them) decide what is still entitled. The only write: a refund the
+    /// receipt shows is recorded in the store (`PaymentQueue.recordRevocations`), so that `list`
+    /// shows it and the agent's updates do not try the purchase again.
     public func planUpdates(_ request: UpdateRequest, now: Date = Date()) async throws -> UpdatePlan {
         let (location, base) = try catalogLocation(request.catalog)
         let loaded = try await catalogLoader.load(location, relativeTo: base)
         var transactions = try queue.verifiedTransactions()
         if let receipt = request.receipt {
             let known = Set(transactions.map(\.transactionId))
-            transactions += try await receiptValidator().validateAllowingRevocation(receipt).filter { known.contains($0.transactionId) }
+            let copies = try await receiptValidator().validateAllowingRevocation(receipt).filter { known.contains($0.transactionId) }
+            for record in try queue.recordRevocations(copies) {
+                logger.info("refund recorded", metadata: ["transaction-id": "\(record.id)", "product-id": "\(record.productId)"])
+            }
+            transactions += copies
         }
         return try UpdatePlanner.plan(
             installed: try contentPlacer().list(), transactions: transactions, catalog: loaded.catalog,

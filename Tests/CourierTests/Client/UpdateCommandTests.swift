@@ -58,6 +58,28 @@ struct UpdateCommandTests {
         #expect(shop.tree() == shop.expectedTree("1.0"))
         #expect(!shop.nginx.accessLog().contains { $0.contains("pack-2.0.zip") })
         #expect(try shop.courier(["list"]).stdout.contains("No unfinished transactions"))
+
+        // The refund is recorded in the store: `list` shows it, and an update without the
+        // receipt (the agent's) refuses too instead of fetching the new version.
+        let listed = try shop.courier(["list", "--all", "--json"])
+        let entry = try #require((listed.events.first?["entries"] as? [[String: Any]])?.first, "\(listed.stdout)")
+        #expect(entry["revoked"] as? Bool == true, "\(listed.stdout)")
+        #expect(entry["transactionState"] as? String == "finished")
+        let again = try shop.courier(["update", "--catalog", shop.catalog("2.0")])
+        #expect(again.status == 3, "\(again.stderr)")
+        #expect(again.stderr.contains("refunded or revoked"), "\(again.stderr)")
+        #expect(shop.tree() == shop.expectedTree("1.0"))
+        #expect(!shop.nginx.accessLog().contains { $0.contains("pack-2.0.zip") })
+    }
+
+    @Test("list --json: a purchase that was not refunded carries no revoked field")
+    func unrefundedPurchaseIsNotRevoked() throws {
+        let shop = try UpdateShop()
+        defer { shop.stop() }
+        #expect(try shop.deliverV1().status == 0)
+        let listed = try shop.courier(["list", "--all", "--json"])
+        let entry = try #require((listed.events.first?["entries"] as? [[String: Any]])?.first, "\(listed.stdout)")
+        #expect(entry["revoked"] == nil, "\(listed.stdout)")
     }
 
     @Test("a package that fails verification: exit 6, v1 kept; list and status show the failed update; a good catalog then updates")
