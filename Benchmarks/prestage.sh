@@ -6,6 +6,7 @@
 # well as without). Then a second prestage run with nothing new, and one worker against three
 # (`--queue`, one PostgreSQL) on BIG_COUNT packages of BIG_MIB MiB, against xargs curl.
 # PostgreSQL runs from Debian's binaries (PG_BIN) as the postgres user in a temporary folder.
+# STRACE=1 counts sync and metadata syscalls per package instead (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
@@ -82,6 +83,29 @@ start_postgres
 "$BIN" prestage --catalog "$WORK/catalog.json" --dest "$WORK/out-first" --jobs 16 --json --queue "$PG_URL" >/dev/null
 rm -rf "$WORK/out-first"
 RESET_PG="${PSQL[*]} -c \"DELETE FROM prestage_task; DELETE FROM prestage_run\""
+
+# STRACE=1: instead of timing, count per package the calls that sync or touch metadata
+# (strace -f -c), in one process and with the queue, then stop. E.g. COUNT=100 STRACE=1.
+if [ -n "${STRACE:-}" ]; then
+  TRACE=fsync,fdatasync,syncfs,openat,newfstatat,statx,rename,renameat2,mkdir,unlink
+  for mode in embedded queue; do
+    rm -rf "$WORK/out-strace"; sh -c "$RESET_PG"
+    extra=(); [ "$mode" = queue ] && extra=(--queue "$PG_URL")
+    strace -f -c -e trace=$TRACE -o "$WORK/strace-$mode.txt" \
+      "$BIN" prestage --catalog "$WORK/catalog.json" --dest "$WORK/out-strace" --jobs 16 --json "${extra[@]}" >/dev/null
+    python3 - "$WORK/strace-$mode.txt" "$COUNT" "$mode" <<'PY'
+import sys
+counts = {}
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+        counts[parts[-1]] = int(parts[3])
+n = int(sys.argv[2])
+print(f"{sys.argv[3]}, {n} packages: " + ", ".join(f"{k} {v} ({v / n:.2f}/pkg)" for k, v in sorted(counts.items())))
+PY
+  done
+  exit 0
+fi
 hyperfine -N --warmup 1 --runs "${RUNS:-5}" --export-json "$WORK/prestage.json" \
   --prepare "rm -rf $WORK/out-courier" \
   -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" \
