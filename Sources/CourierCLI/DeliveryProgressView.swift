@@ -1,5 +1,6 @@
 import Courier
 import Foundation
+import Synchronization
 
 /// Shows a delivery's progress: on a terminal a bar per active download and a total line with
 /// the overall rate and ETA, redrawn in place on standard error at least twice a second (a
@@ -7,20 +8,23 @@ import Foundation
 /// active; NDJSON events with --json. Each "delivered" line is printed when its download is
 /// placed, not at the end. An observer of the queue, so the caller can wait until it has shown
 /// every committed change (`PaymentQueue.observersCaughtUp`) before printing the result.
-final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+final class DeliveryProgressView: PaymentQueueObserver, Sendable {
+    private struct State {
+        var downloads: [String: DownloadRecord] = [:]
+        /// Download ids in the order they were first seen, so lines keep their places.
+        var order: [String] = []
+        var lastDraw = 0.0
+        /// Bytes in of the active downloads, for their rates and the total's.
+        var window = RateWindow()
+        /// The downloads whose "delivered" line was printed.
+        var announced: Set<String> = []
+        /// Set by `finish`: nothing more is drawn.
+        var closed = false
+    }
+
     private let output: Output
-    private let lock = NSLock()
-    private var downloads: [String: DownloadRecord] = [:]
-    /// Download ids in the order they were first seen, so lines keep their places.
-    private var order: [String] = []
-    private var lastDraw = 0.0
-    /// Bytes in of the active downloads, for their rates and the total's.
-    private var window = RateWindow()
-    /// The downloads whose "delivered" line was printed.
-    private var announced: Set<String> = []
-    private var timer: (any DispatchSourceTimer)?
-    /// Set by `finish`: nothing more is drawn.
-    private var closed = false
+    private let state: Mutex<State>
+    private let timer: RedrawTimer?
     /// At most this many download lines; the rest are summed up in one line.
     static let maxLines = 8
     /// How often the display is redrawn when nothing changes.
@@ -30,24 +34,22 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
     /// from the first line on.
     init(output: Output, queue: PaymentQueue, scope: DeliveryScope) {
         self.output = output
-        guard output.stderrIsTerminal, !output.json else { return }  // nothing is drawn
-        let records = ((try? queue.entries()) ?? []).compactMap(\.download).filter(scope.contains)
-        for record in records where downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
-        guard !output.quiet else { return }
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + Self.redrawInterval, repeating: Self.redrawInterval)
-        timer.setEventHandler { [weak self] in self?.redraw(force: true) }
-        self.timer = timer
-        timer.resume()
-    }
-
-    deinit {
-        timer?.cancel()
+        var initial = State()
+        let drawn = output.stderrIsTerminal && !output.json
+        if drawn {
+            let records = ((try? queue.entries()) ?? []).compactMap(\.download).filter(scope.contains)
+            for record in records where initial.downloads.updateValue(record, forKey: record.id) == nil {
+                initial.order.append(record.id)
+            }
+        }
+        state = Mutex(initial)
+        timer = drawn && !output.quiet ? RedrawTimer(interval: Self.redrawInterval) : nil
+        timer?.start { [weak self] in self?.redraw(force: true) }
     }
 
     /// The downloads whose "delivered" line this view printed (the caller prints the others).
     var delivered: Set<String> {
-        lock.withLock { announced }
+        state.withLock { $0.announced }
     }
 
     private static var now: Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -97,7 +99,7 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
             return
         }
         // Said when it happens, on a terminal or not.
-        if record.state == .finished, let url = record.contentURL, lock.withLock({ announced.insert(record.id).inserted }) {
+        if record.state == .finished, let url = record.contentURL, state.withLock({ $0.announced.insert(record.id).inserted }) {
             if let from = record.updateFrom {
                 output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)")
             } else {
@@ -105,32 +107,32 @@ final class DeliveryProgressView: PaymentQueueObserver, @unchecked Sendable {  /
             }
         }
         guard output.stderrIsTerminal else { return }
-        lock.withLock {
-            if downloads.updateValue(record, forKey: record.id) == nil { order.append(record.id) }
+        state.withLock { state in
+            if state.downloads.updateValue(record, forKey: record.id) == nil { state.order.append(record.id) }
             if record.state == .active {
-                window.record(record.id, bytes: record.bytesReceived, at: Self.now)
+                state.window.record(record.id, bytes: record.bytesReceived, at: Self.now)
             } else {
-                window.remove(record.id)
+                state.window.remove(record.id)
             }
         }
         // Progress redraws at most ten times a second; a change of state always shows.
         redraw(force: record.state != .active)
     }
 
-    /// Draws under `lock`, so nothing is drawn after `finish` ended the block.
+    /// Draws under the state's lock, so nothing is drawn after `finish` ended the block.
     private func redraw(force: Bool) {
-        lock.withLock {
+        state.withLock { state in
             let now = Self.now
-            guard !closed, force || now - lastDraw > 0.1, !order.isEmpty else { return }
-            lastDraw = now
-            let records = order.compactMap { downloads[$0] }
-            output.statusBlock(Self.render(records, rates: window, now: now, width: output.terminalColumns))
+            guard !state.closed, force || now - state.lastDraw > 0.1, !state.order.isEmpty else { return }
+            state.lastDraw = now
+            let records = state.order.compactMap { state.downloads[$0] }
+            output.statusBlock(Self.render(records, rates: state.window, now: now, width: output.terminalColumns))
         }
     }
 
     func finish() {
         timer?.cancel()
-        lock.withLock { closed = true }
+        state.withLock { $0.closed = true }
         output.endStatus()
     }
 

@@ -1,24 +1,28 @@
 import Courier
 import Foundation
+import Synchronization
 
 /// The progress of `courier get`: a bar on a terminal (standard error), NDJSON `progress`
 /// events with `--json`, nothing otherwise. On a terminal it is redrawn twice a second whether
 /// or not bytes came (a stall shows as a falling rate, not a frozen one), with rates over a
 /// moving window of the transfers still active. Safe from any thread.
-final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+final class ProgressBar: Sendable {
+    private struct State {
+        var perDownload: [String: TransferProgress] = [:]
+        var window = RateWindow()
+        var finishedFiles = 0
+        var lastDraw: UInt64 = 0
+        var drawn = false
+        /// Set by `finish`: nothing more is drawn.
+        var closed = false
+    }
+
     private let output: Output
     private let label: String
     private let files: Int?
-    private let lock = NSLock()
-    private var perDownload: [String: TransferProgress] = [:]
-    private var window = RateWindow()
-    private var finishedFiles = 0
-    private var lastDraw: UInt64 = 0
-    private var drawn = false
-    /// Set by `finish`: nothing more is drawn.
-    private var closed = false
+    private let state = Mutex(State())
     private let interval: UInt64
-    private var timer: (any DispatchSourceTimer)?
+    private let timer: RedrawTimer?
     /// How often the bar is redrawn when no bytes come.
     static let redrawInterval = 0.5
 
@@ -31,59 +35,53 @@ final class ProgressBar: @unchecked Sendable {  // @unchecked: mutable state is 
         self.file = file
         self.files = files
         self.interval = output.json ? 500_000_000 : 150_000_000
-        guard output.stderrIsTerminal, !output.json, !output.quiet else { return }
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + Self.redrawInterval, repeating: Self.redrawInterval)
-        timer.setEventHandler { [weak self] in self?.tick() }
-        self.timer = timer
-        timer.resume()
-    }
-
-    deinit {
-        timer?.cancel()
+        timer = output.stderrIsTerminal && !output.json && !output.quiet ? RedrawTimer(interval: Self.redrawInterval) : nil
+        timer?.start { [weak self] in self?.tick() }
     }
 
     private static func seconds(_ nanoseconds: UInt64) -> Double { Double(nanoseconds) / 1e9 }
 
     func update(_ progress: TransferProgress) {
-        lock.withLock {
+        state.withLock { state in
             let now = DispatchTime.now().uptimeNanoseconds
-            perDownload[progress.id] = progress
-            window.record(progress.id, bytes: progress.bytesReceived, at: Self.seconds(now))
-            guard now - lastDraw >= interval else { return }
-            drawLocked(now: now)
+            state.perDownload[progress.id] = progress
+            state.window.record(progress.id, bytes: progress.bytesReceived, at: Self.seconds(now))
+            guard now - state.lastDraw >= interval else { return }
+            drawLocked(&state, now: now)
         }
     }
 
     /// The redraw of the timer: the same state, a rate measured to now.
     private func tick() {
-        lock.withLock {
-            guard !perDownload.isEmpty || (files != nil && drawn) else { return }
-            drawLocked(now: DispatchTime.now().uptimeNanoseconds)
+        state.withLock { state in
+            guard !state.perDownload.isEmpty || (files != nil && state.drawn) else { return }
+            drawLocked(&state, now: DispatchTime.now().uptimeNanoseconds)
         }
     }
 
-    /// Draws under `lock`, so nothing is drawn after `finish` ended the status line.
-    private func drawLocked(now: UInt64) {
-        guard !closed else { return }
-        lastDraw = now
-        drawn = true
-        draw(perDownload.values.sorted { $0.id < $1.id }, finished: finishedFiles, rates: window, now: Self.seconds(now))
+    /// Draws under the state's lock, so nothing is drawn after `finish` ended the status line.
+    private func drawLocked(_ state: inout State, now: UInt64) {
+        guard !state.closed else { return }
+        state.lastDraw = now
+        state.drawn = true
+        draw(
+            state.perDownload.values.sorted { $0.id < $1.id }, finished: state.finishedFiles, rates: state.window,
+            now: Self.seconds(now))
     }
 
     func fileFinished(_ result: DownloadResult) {
-        lock.lock()
-        finishedFiles += 1
-        perDownload[result.id] = nil
-        window.remove(result.id)
-        lock.unlock()
+        state.withLock { state in
+            state.finishedFiles += 1
+            state.perDownload[result.id] = nil
+            state.window.remove(result.id)
+        }
     }
 
     func finish() {
         timer?.cancel()
-        let wasDrawn = lock.withLock {
-            closed = true
-            return drawn
+        let wasDrawn = state.withLock { state in
+            state.closed = true
+            return state.drawn
         }
         if wasDrawn { output.endStatus() }
     }

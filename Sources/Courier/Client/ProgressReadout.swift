@@ -1,3 +1,6 @@
+import Dispatch
+import Synchronization
+
 /// Rates over a moving window: one series of (time, bytes) samples per transfer that is active
 /// now. A transfer that stops sending sees its rate fall as the window slides past its last
 /// bytes (instead of showing the rate it had), and a finished one is removed, so a total never
@@ -135,5 +138,48 @@ public enum ProgressLayout {
         }
         if amount { text += row.amount + "  " }
         return text + row.rate + "  " + row.eta
+    }
+}
+
+/// The repeating redraw of a progress display: calls its handler every `interval` seconds on a
+/// Dispatch queue from `start` until `cancel` (or until it is released). The CLI's two displays
+/// (`courier get`'s bar, the delivery view) hold one each and keep their state behind a `Mutex`.
+public final class RedrawTimer: Sendable {
+    /// The running source, and whether `cancel` was called (then nothing starts again).
+    private let state = Mutex<(source: (any DispatchSourceTimer)?, cancelled: Bool)>((nil, false))
+    public let interval: Double
+
+    public init(interval: Double) {
+        self.interval = interval
+    }
+
+    /// Starts calling `handler` every `interval` seconds, the first time one interval from now.
+    /// A timer started already, or cancelled, does not start (again).
+    public func start(_ handler: @escaping @Sendable () -> Void) {
+        state.withLock { state in
+            guard state.source == nil, !state.cancelled else { return }
+            let source = DispatchSource.makeTimerSource(queue: .global())
+            source.schedule(deadline: .now() + interval, repeating: interval)
+            source.setEventHandler(handler: handler)
+            source.resume()
+            state.source = source
+        }
+    }
+
+    /// Stops the calls: none starts after this returns (one under way may finish).
+    public func cancel() {
+        state.withLock { state in
+            state.cancelled = true
+            state.source?.cancel()
+        }
+    }
+
+    /// Started and not cancelled.
+    public var isRunning: Bool {
+        state.withLock { $0.source != nil && !$0.cancelled }
+    }
+
+    deinit {
+        cancel()
     }
 }

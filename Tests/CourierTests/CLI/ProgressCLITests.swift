@@ -1,6 +1,7 @@
 import Courier
 import CourierTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -83,6 +84,53 @@ struct ProgressReadoutTests {
         #expect(narrow[0].hasSuffix("150.0 KiB/s  ETA 18m32s"), "\(narrow[0])")
         #expect(ProgressLayout.middleCut("abcdefghij", 5) == "ab…ij")
         #expect(ProgressLayout.middleCut("abc", 5) == "abc")
+    }
+}
+
+/// The displays' repeating redraw (`RedrawTimer`): calls until cancelled, never after, never twice started.
+@Suite("progress: the redraw timer")
+struct RedrawTimerTests {
+    /// Waits for `count` calls of a timer's handler (its stream's elements).
+    static func calls(_ stream: AsyncStream<Void>, count: Int) async -> Int {
+        var seen = 0
+        for await _ in stream {
+            seen += 1
+            if seen == count { break }
+        }
+        return seen
+    }
+
+    @Test("calls its handler again and again once started; cancel stops it and it does not start again")
+    func callsUntilCancelled() async {
+        let timer = RedrawTimer(interval: 0.005)
+        #expect(!timer.isRunning)
+        let (stream, continuation) = AsyncStream<Void>.makeStream()
+        timer.start { continuation.yield() }
+        #expect(timer.isRunning)
+        #expect(await Self.calls(stream, count: 3) == 3)
+        timer.cancel()
+        #expect(!timer.isRunning)
+        timer.start { continuation.yield() }
+        #expect(!timer.isRunning)
+        continuation.finish()
+    }
+
+    @Test("a second start keeps the first handler; a timer cancelled before it starts never runs")
+    func startsOnce() async {
+        let timer = RedrawTimer(interval: 0.005)
+        let (first, firstCalls) = AsyncStream<Void>.makeStream()
+        let second = Mutex(0)
+        timer.start { firstCalls.yield() }
+        timer.start { second.withLock { $0 += 1 } }
+        #expect(await Self.calls(first, count: 2) == 2)
+        timer.cancel()
+        #expect(second.withLock { $0 } == 0)
+        firstCalls.finish()
+
+        let idle = RedrawTimer(interval: 0.005)
+        idle.cancel()
+        idle.start { second.withLock { $0 += 1 } }
+        #expect(!idle.isRunning)
     }
 }
 
