@@ -699,7 +699,7 @@ private struct DeltaBuild {
         let root = Glibc.open(staging.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard root >= 0 else { throw CourierError.posix("open", path: staging.path) }
         defer { close(root) }
-        for folder in plan.folders { close(try openFolder(root, folder)) }
+        for folder in plan.folders { close(try EntryFolders.open(folder, below: root)) }
         var files: [ExtractedFile] = []
         var linked: [(entry: DeltaPlan.Entry, source: InstalledFile)] = []
         var linkedInodes = Set<Int64>()
@@ -791,48 +791,19 @@ private struct DeltaBuild {
     private func place(_ entry: DeltaPlan.Entry, from source: Int32, root: Int32, link: (path: String, status: stat)?) throws
         -> FileClone.Method
     {
-        let parent = entry.components.count > 1 ? try openFolder(root, Array(entry.components.dropLast())) : dup(root)
-        guard parent >= 0 else { throw CourierError.posix("dup") }
+        let parent = try EntryFolders.open(Array(entry.components.dropLast()), below: root)
         defer { close(parent) }
         let name = entry.components[entry.components.count - 1]
         if let link, FileClone.link(link.path, matching: link.status, into: parent, name: name, linker: linker) {
             return .link
         }
-        let fd = openat(parent, entry.components[entry.components.count - 1], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        let fd = openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             if errno == EEXIST { throw EntryRules.hostile("the entry \(entry.path.debugDescription) appears twice") }
             throw CourierError.posix("create", path: entry.path)
         }
         defer { close(fd) }
         return try FileClone.clone(from: source, to: fd, size: entry.size, allowReflink: allowReflink)
-    }
-
-    /// Opens (creating as needed) the folder `components` below `root`, one component at a time
-    /// without following links. The caller closes the returned descriptor.
-    private func openFolder(_ root: Int32, _ components: [String]) throws -> Int32 {
-        var current = dup(root)
-        guard current >= 0 else { throw CourierError.posix("dup") }
-        for component in components {
-            var next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            if next < 0 && errno == ENOENT {
-                if mkdirat(current, component, 0o755) != 0 && errno != EEXIST {
-                    let error = CourierError.posix("mkdir", path: components.joined(separator: "/"))
-                    close(current)
-                    throw error
-                }
-                next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            }
-            let failure = errno
-            close(current)
-            guard next >= 0 else {
-                if failure == ELOOP || failure == ENOTDIR {
-                    throw EntryRules.hostile("an entry writes through the file \(components.joined(separator: "/").debugDescription)")
-                }
-                throw CourierError.posix("open", path: components.joined(separator: "/"), errno: failure)
-            }
-            current = next
-        }
-        return current
     }
 }
 

@@ -304,9 +304,27 @@ private final class Extraction {
         return fd
     }
 
-    /// Opens (creating as needed) the folder `components` below the root, one component at a
-    /// time without following links. The caller closes the returned descriptor.
+    /// Opens (creating as needed) the folder `components` below the root; see `EntryFolders`.
     private func openFolder(_ components: [String]) throws -> Int32 {
+        try EntryFolders.open(components, below: root)
+    }
+
+    private func creationError(_ name: String) -> CourierError {
+        let failure = errno
+        if failure == EEXIST {
+            return EntryRules.hostile("the entry \(name.debugDescription) appears twice or replaces another entry")
+        }
+        return CourierError.posix("create", path: name, errno: failure)
+    }
+}
+
+/// Folders of package entries below a root descriptor, shared by the extractor and the delta
+/// update's build.
+enum EntryFolders {
+    /// Opens (creating as needed, mode 0755) the folder `components` below `root`, one component
+    /// at a time without following links: a component that is a link or a file is
+    /// `hostilePackage`. The caller closes the returned descriptor.
+    static func open(_ components: [String], below root: Int32) throws -> Int32 {
         var current = dup(root)
         guard current >= 0 else { throw CourierError.posix("dup") }
         for (index, component) in components.enumerated() {
@@ -331,13 +349,5 @@ private final class Extraction {
             current = next
         }
         return current
-    }
-
-    private func creationError(_ name: String) -> CourierError {
-        let failure = errno
-        if failure == EEXIST {
-            return EntryRules.hostile("the entry \(name.debugDescription) appears twice or replaces another entry")
-        }
-        return CourierError.posix("create", path: name, errno: failure)
     }
 }
