@@ -39,3 +39,59 @@ CONF
 
 # mean seconds of command N (0-based) in a hyperfine JSON export
 mean_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results'][int(sys.argv[2])]['mean'])" "$1" "$2"; }
+
+# build_release -> sets BIN to the release `courier`, built as README says: the Swift runtime and
+# Foundation linked statically, lld with packed relocations (docs/transfer.md "Memory").
+build_release() {
+  swift build -c release --static-swift-stdlib --product courier 2>&1 | grep -E 'error|warning: |Build' | tail -3 >&2
+  BIN="$(swift build -c release --static-swift-stdlib --show-bin-path)/courier"
+  [ -x "$BIN" ] || { echo "the release build failed" >&2; return 1; }
+}
+
+# peak_rss_kib CMD... -> prints the command's peak RSS in KiB (GNU time's maximum resident set
+# size: the kernel's VmHWM, what `/usr/bin/time -v` shows a user); its output is discarded.
+peak_rss_kib() {
+  local out; out=$(mktemp)
+  /usr/bin/time -f "%M" -o "$out" "$@" >/dev/null 2>&1 || { rm -f "$out"; echo "failed: $*" >&2; return 1; }
+  tail -n 1 "$out"; rm -f "$out"
+}
+
+# rss_profile PID FILE SIZE -> while PID runs, samples /proc/PID/status every 10 ms; once FILE
+# holds SIZE/2 bytes, prints what is resident per mapping (smaps Rss, summed by file; anonymous
+# memory apart), and at the end the last VmHWM seen (the peak, sampled from outside).
+rss_profile() {
+  python3 - "$@" <<'PY'
+import os, sys, time
+pid, path, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+hwm, dumped = None, False
+def kib(line): return int(line.split()[1])
+while os.path.exists(f"/proc/{pid}"):
+    try:
+        status = open(f"/proc/{pid}/status").read().splitlines()
+    except OSError:
+        break
+    fields = {l.split(":")[0]: l for l in status if ":" in l}
+    if "VmHWM" not in fields: break  # exited (a zombie has no memory)
+    hwm = fields["VmHWM"]
+    try: grown = os.path.getsize(path) >= size // 2
+    except OSError: grown = False
+    if grown and not dumped:
+        dumped = True
+        per, name = {}, None
+        try:
+            for line in open(f"/proc/{pid}/smaps"):
+                head = line.split()
+                if "-" in head[0] and not head[0].endswith(":"):
+                    name = os.path.basename(head[5]) if len(head) > 5 else "[anonymous]"
+                elif head[0] == "Rss:":
+                    per[name] = per.get(name, 0) + int(head[1])
+        except OSError:
+            pass
+        print("  at half the file:", ", ".join(f"{k} {kib(fields[k]) / 1024:.1f} MiB" for k in ("VmRSS", "RssAnon", "RssFile") if k in fields))
+        for name, rss in sorted(per.items(), key=lambda kv: -kv[1])[:14]:
+            print(f"    {rss / 1024:6.1f} MiB  {name}")
+    time.sleep(0.01)
+if hwm: print(f"  last VmHWM sampled: {kib(hwm) / 1024:.1f} MiB")
+if not dumped: print("  (the download ended before half the file could be sampled: use a bigger file)")
+PY
+}
