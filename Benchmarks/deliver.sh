@@ -15,8 +15,8 @@ PURCHASES=${PURCHASES:-200}
 SIZE_KIB=${SIZE_KIB:-1024}
 RUNS=${RUNS:-3}
 if [ -z "${COURIER_BIN:-}" ]; then
-  swift build -c release --product courier >&2
-  BIN=$(swift build -c release --show-bin-path)/courier
+  swift build -c release --static-swift-stdlib --product courier >&2
+  BIN=$(swift build -c release --static-swift-stdlib --show-bin-path)/courier
 else
   BIN=$(realpath "$COURIER_BIN")
 fi

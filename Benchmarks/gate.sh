@@ -25,8 +25,8 @@ if ! command -v wrk >/dev/null; then
     || { echo "gate.sh: cannot install wrk" >&2; exit 1; }
 fi
 if [ -z "${COURIER_BIN:-}" ]; then
-  swift build -c release --product courier >&2
-  BIN=$(swift build -c release --show-bin-path)/courier
+  swift build -c release --static-swift-stdlib --product courier >&2
+  BIN=$(swift build -c release --static-swift-stdlib --show-bin-path)/courier
 else
   BIN=$(realpath "$COURIER_BIN")
 fi

@@ -16,7 +16,7 @@ done
 
 courier=${COURIER_BIN:-.build/release/courier}
 if [ -z "${COURIER_BIN:-}" ]; then
-  swift build -c release --product courier >&2
+  swift build -c release --static-swift-stdlib --product courier >&2
 fi
 work=$(pwd)/Benchmarks/.work/packages
 mkdir -p "$work"

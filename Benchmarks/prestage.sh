@@ -14,8 +14,8 @@ COUNT=${COUNT:-500}
 SIZE_KIB=${SIZE_KIB:-200}
 # COURIER_BIN=path skips the release build (e.g. to measure another build).
 if [ -z "${COURIER_BIN:-}" ]; then
-  swift build -c release --product courier >&2
-  BIN=$(swift build -c release --show-bin-path)/courier
+  swift build -c release --static-swift-stdlib --product courier >&2
+  BIN=$(swift build -c release --static-swift-stdlib --show-bin-path)/courier
 else
   BIN=$COURIER_BIN
 fi

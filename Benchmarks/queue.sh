@@ -10,8 +10,8 @@ count="${1:-10000}"
 if [ -n "${COURIER_BIN:-}" ]; then
   courier="$COURIER_BIN"
 else
-  swift build -c release --product courier >/dev/null
-  courier="$(swift build -c release --show-bin-path)/courier"
+  swift build -c release --static-swift-stdlib --product courier >/dev/null
+  courier="$(swift build -c release --static-swift-stdlib --show-bin-path)/courier"
 fi
 echo "binary: $courier"
 work="$(mktemp -d)"

@@ -10,8 +10,8 @@ TOKENS=${TOKENS:-200}
 RUNS=${RUNS:-5}
 if [[ -z "${COURIER_BIN:-}" ]]; then
     echo "== building release"
-    swift build -c release --product courier 2>&1 | grep -E 'error|warning|Build' | tail -3
-    COURIER_BIN="$(swift build -c release --show-bin-path)/courier"
+    swift build -c release --static-swift-stdlib --product courier 2>&1 | grep -E 'error|warning|Build' | tail -3
+    COURIER_BIN="$(swift build -c release --static-swift-stdlib --show-bin-path)/courier"
 fi
 BIN=$(realpath "$COURIER_BIN")
 WORK=$(mktemp -d /tmp/courier-receipts-bench.XXXXXX)

@@ -7,8 +7,8 @@ source Benchmarks/common.sh
 SIZE_MIB=${SIZE_MIB:-512}
 # COURIER_BIN=path skips the release build (e.g. to measure another build).
 if [ -z "${COURIER_BIN:-}" ]; then
-  swift build -c release --product courier >&2
-  BIN=$(swift build -c release --show-bin-path)/courier
+  swift build -c release --static-swift-stdlib --product courier >&2
+  BIN=$(swift build -c release --static-swift-stdlib --show-bin-path)/courier
 else
   BIN=$COURIER_BIN
 fi
