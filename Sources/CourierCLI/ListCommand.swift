@@ -138,9 +138,10 @@ enum QueueFormat {
     static func row(_ entry: QueueEntry) -> [String] {
         let transaction = entry.transactionId
         guard let d = entry.download else {
-            return [transaction, "-", entry.productId, entry.transactionState.rawValue, "-", "-", "-", "-", "-", "-"]
+            return [transaction, "-", entry.productId, entry.transactionState.rawValue + (entry.revoked ? " (revoked)" : ""), "-", "-", "-", "-", "-", "-"]
         }
         var state = d.state.rawValue
+        if entry.revoked { state += " (revoked)" }
         if d.state == .paused, let reason = d.pauseReason, reason != .user { state += " (\(reason.rawValue))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         if let from = d.updateFrom, d.state != .finished { state += " (update \(from) -> \(d.version))" }

@@ -65,6 +65,8 @@ struct UpdateCommandTests {
         let entry = try #require((listed.events.first?["entries"] as? [[String: Any]])?.first, "\(listed.stdout)")
         #expect(entry["revoked"] as? Bool == true, "\(listed.stdout)")
         #expect(entry["transactionState"] as? String == "finished")
+        let table = try shop.courier(["list", "--all"])
+        #expect(table.stdout.contains("finished (revoked)"), "\(table.stdout)")
         let again = try shop.courier(["update", "--catalog", shop.catalog("2.0")])
         #expect(again.status == 3, "\(again.stderr)")
         #expect(again.stderr.contains("refunded or revoked"), "\(again.stderr)")
