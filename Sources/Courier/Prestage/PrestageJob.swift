@@ -368,7 +368,8 @@ public struct PrestageJob: Sendable {
         let checker = self.checker
         let tree = self.tree
         // One blocking step: the check builds the manifest in its pass over the package, and the
-        // manifest and the package are published together (one directory sync for both).
+        // manifest and the package are published together, unsynced (the catalog publish, or a
+        // shared queue's group sync, makes them durable).
         let unpacked: Int64? = try await Self.blocking {
             let checked: (unpackedLength: Int64?, manifest: PackageManifest?)
             do {

@@ -15,8 +15,8 @@ enum PrestageManifests {
     }
 
     /// Publishes the verified package `file` at `packagePath` (consuming it) and, first, its
-    /// `manifest` beside it, in one `publishPackages` call: the local manifest file is not
-    /// synced on its own, the tree syncs both files and their folder once. A nil manifest
+    /// `manifest` beside it, in one `publishPackages` call. Nothing is synced here: the tree
+    /// makes both durable with the rest of the run (`StagingTree.syncPublished`). A nil manifest
     /// publishes the package alone.
     static func publish(_ manifest: PackageManifest?, package file: URL, at packagePath: String, in tree: any StagingTree) throws {
         guard let manifest, let data = try? manifest.encoded() else {

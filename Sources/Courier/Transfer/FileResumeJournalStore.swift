@@ -12,7 +12,10 @@ import Glibc
 /// renamed over the old one, and the folder is fsynced. A store made with `syncs: false` (the
 /// pre-staging job's, which syncs its tree's filesystem at once) skips both fsyncs: a journal
 /// lost or older after a power cut costs a refetch, never a wrong byte, because a journal's
-/// `durableOffset` is only ever raised after the data up to it was fsynced (a checkpoint).
+/// `durableOffset` is only ever raised after the data up to it was fsynced (a checkpoint). Such a
+/// store also keeps no journal that records no durable byte (it removes the file instead): a
+/// download killed before its first checkpoint starts over, and a small file that completes
+/// before one costs no journal file at all.
 ///
 /// The side files are never followed through a symlink (`O_NOFOLLOW`): a symlink planted at the
 /// journal reads as no journal and is replaced (the rename replaces the link, not its target),
@@ -22,7 +25,8 @@ import Glibc
 public struct FileResumeJournalStore: ResumeJournalStore {
     public let directory: URL
     private let logger: Logger?
-    /// Whether `save` fsyncs the journal and its folder. Default true.
+    /// Whether `save` fsyncs the journal and its folder (and keeps a journal with no durable
+    /// byte). Default true.
     public let syncs: Bool
 
     /// The largest journal file read; a bigger one is not a journal this store wrote.
@@ -88,6 +92,11 @@ public struct FileResumeJournalStore: ResumeJournalStore {
 
     public func save(_ journal: ResumeJournal) throws {
         let file = journalFile(downloadId: journal.downloadId)
+        if !syncs && journal.durableOffset == 0 {
+            // Nothing durable to resume from: no journal, and none of an earlier response.
+            if unlink(file.path) != 0 && errno != ENOENT { throw CourierError.posix("remove", path: file.path) }
+            return
+        }
         let temporary = file.appendingPathExtension("tmp")
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

@@ -174,6 +174,30 @@ struct PrestageDurabilityTests {
         #expect(try tree.publishedCatalog()?.products.count == 6)
     }
 
+    @Test("the pre-staging journal store keeps no journal without a durable byte; one with a checkpoint is kept")
+    func unsyncedJournalStore() throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let store = FileResumeJournalStore(directory: folder.url, syncs: false)
+        var journal = ResumeJournal(downloadId: "prestage-a", url: try #require(URL(string: "http://127.0.0.1:9/a.zip")))
+        journal.totalLength = 1 << 20
+        try store.save(journal)
+        #expect(try store.load(downloadId: "prestage-a") == nil)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).isEmpty, "no file is created for it")
+        journal.durableOffset = 4096
+        try store.save(journal)
+        #expect(try store.load(downloadId: "prestage-a") == journal)
+        // A new response starting over (nothing durable) leaves no journal of the old one.
+        journal.durableOffset = 0
+        journal.etag = "\"new\""
+        try store.save(journal)
+        #expect(try store.load(downloadId: "prestage-a") == nil)
+        // The syncing store (get, deliver) keeps every journal it is given.
+        let syncing = FileResumeJournalStore(directory: folder.url)
+        try syncing.save(journal)
+        #expect(try syncing.load(downloadId: "prestage-a") == journal)
+    }
+
     /// Syncs started and ended.
     final class SyncCounts: Sendable {
         let counts = Mutex<(started: Int, ended: Int)>((0, 0))
