@@ -23,7 +23,10 @@ struct OriginNginxConfigCommand: AsyncParsableCommand {
             serves the staged packages with sendfile and byte ranges, and for each request but \
             /catalog.json asks a gate (`courier serve` with the receipt gate) at /authorize \
             (auth_request), balancing over the gates and moving to the next on a connection error \
-            or timeout; 401 and 403 reach the client as the gate said them.
+            or timeout; 401 and 403 reach the client as the gate said them. nginx reuses a gate's \
+            decision for the same token and path for --decision-cache seconds (default 2; 0 turns \
+            the cache off), so a refund takes up to that long (plus a second) to reach nginx; an \
+            allow never outlives the token's own expiry.
             """
     )
 
@@ -41,6 +44,15 @@ struct OriginNginxConfigCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Idle keepalive connections to the gates, per nginx worker.")
     var keepalive: Int = 32
 
+    @Option(
+        name: .customLong("decision-cache"),
+        help: "Seconds nginx reuses a gate's decision for the same token and path (0: ask the gate for every request)."
+    )
+    var decisionCache: Int = NginxGateConfiguration.defaultDecisionCache
+
+    @Option(name: .customLong("decision-cache-path"), help: "The folder nginx keeps cached decisions in (made owner-only by nginx).")
+    var decisionCachePath: String = NginxGateConfiguration.defaultDecisionCachePath
+
     func run() async throws {
         try await global.run { output in
             let folder = URL(fileURLWithPath: content, isDirectory: true).standardizedFileURL
@@ -49,10 +61,14 @@ struct OriginNginxConfigCommand: AsyncParsableCommand {
                 throw CourierError(.usage, "\(folder.path) is not a folder", hint: "run `courier prestage --dest DIR` first")
             }
             let configuration = try NginxGateConfiguration(
-                contentDirectory: folder.path, gates: gate, listen: listen, keepalive: keepalive
+                contentDirectory: folder.path, gates: gate, listen: listen, keepalive: keepalive,
+                decisionCache: decisionCache, decisionCachePath: decisionCachePath
             )
             if global.json {
-                output.emit(["event": "nginx-config", "content": folder.path, "gates": gate, "listen": listen, "configuration": configuration.render()])
+                output.emit([
+                    "event": "nginx-config", "content": folder.path, "gates": gate, "listen": listen,
+                    "decisionCache": decisionCache, "configuration": configuration.render(),
+                ])
             } else {
                 var text = configuration.render()
                 if text.hasSuffix("\n") { text.removeLast() }

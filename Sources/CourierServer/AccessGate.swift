@@ -53,6 +53,49 @@ public enum GateReason: String, Sendable, CaseIterable {
 /// nil when the header is absent or uses another scheme. A gate must never log the token.
 public protocol AccessGate: Sendable {
     func authorize(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateDecision
+
+    /// The decision with the last moment it is known to hold (`GateAnswer.validUntil`), for a
+    /// cache of decisions (nginx's, at `/authorize`). The default: `authorize`, with no known end.
+    func answer(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateAnswer
+}
+
+extension AccessGate {
+    public func answer(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateAnswer {
+        GateAnswer(decision: await authorize(bearer: bearer, content: content, catalog: catalog), validUntil: nil)
+    }
+}
+
+/// A gate's decision and how long it may be reused.
+public struct GateAnswer: Sendable, Equatable {
+    public var decision: GateDecision
+    /// When the decision stops holding for sure, whatever else happens (an allow ends with the
+    /// token: a subscription's `expiresDate`, or `signedDate` plus the gate's `maxTokenAge`);
+    /// nil when no such end is known. A cache must not reuse the decision past it. A refund can
+    /// end an allow earlier: that is the cache's window, not this date.
+    public var validUntil: Date?
+
+    public init(decision: GateDecision, validUntil: Date?) {
+        self.decision = decision
+        self.validUntil = validUntil
+    }
+
+    /// The longest window a gate lets a cache reuse a decision for, whatever it asks.
+    public static let maximumCacheWindow = 3600
+
+    /// The whole seconds a cache (nginx's) that asked for `window` may reuse this answer from
+    /// `now`: nil when it asked for none (`window` nil or negative), else `window` (at most
+    /// `maximumCacheWindow`), and, when the decision ends at `validUntil`, two seconds less than
+    /// is left until then, down to 0 (do not cache): nginx counts whole seconds from when it
+    /// stores the answer, a little after `now`, and keeps an entry through the last one.
+    public func cacheSeconds(window: Int?, now: Date) -> Int? {
+        guard let window, window >= 0 else { return nil }
+        var seconds = min(window, Self.maximumCacheWindow)
+        if let validUntil {
+            let left = validUntil.timeIntervalSince(now).rounded(.down) - 2
+            if left < Double(seconds) { seconds = max(0, Int(left)) }
+        }
+        return seconds
+    }
 }
 
 /// Lets everyone in: for public content and benchmarks, chosen explicitly (`serve --public`).
@@ -116,8 +159,19 @@ public struct ReceiptAccessGate: AccessGate {
     }
 
     public func authorize(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateDecision {
+        await answer(bearer: bearer, content: content, catalog: catalog).decision
+    }
+
+    /// The decision; an allow is valid until the earliest end of the token's transactions
+    /// (`expiresDate`, `signedDate` + `maxTokenAge`), refusals have no known end.
+    public func answer(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateAnswer {
+        let (decision, validUntil) = await decide(bearer: bearer, content: content, catalog: catalog)
+        return GateAnswer(decision: decision, validUntil: validUntil)
+    }
+
+    private func decide(bearer: String?, content: ServedContent, catalog: Catalog) async -> (GateDecision, Date?) {
         guard let bearer, !bearer.isEmpty else {
-            return .unauthorized(reason: "a signed transaction is required (Authorization: Bearer <JWS>)", code: .missingToken)
+            return (.unauthorized(reason: "a signed transaction is required (Authorization: Bearer <JWS>)", code: .missingToken), nil)
         }
         let now = clock()
         var transactions: [VerifiedTransaction]
@@ -127,20 +181,22 @@ public struct ReceiptAccessGate: AccessGate {
             do {
                 transactions = try await verifier.transactions(proving: bearer, now: now)
             } catch let error as CourierError {
-                return .unauthorized(reason: error.message, code: .invalidToken)
+                return (.unauthorized(reason: error.message, code: .invalidToken), nil)
             } catch {
-                return .unauthorized(reason: "the signed transaction does not verify", code: .invalidToken)
+                return (.unauthorized(reason: "the signed transaction does not verify", code: .invalidToken), nil)
             }
             cache?.store(transactions, for: bearer, now: now, maxTokenAge: maxTokenAge)
         }
         guard let first = transactions.first else {
-            return .unauthorized(reason: "the token proves no purchase", code: .invalidToken)
+            return (.unauthorized(reason: "the token proves no purchase", code: .invalidToken), nil)
         }
         if let maxTokenAge, let oldest = transactions.map(\.signedDate).min(), now.timeIntervalSince(oldest) > maxTokenAge {
-            return .unauthorized(
-                reason: "the signed transaction is older than \(Int(maxTokenAge)) s; "
-                    + "present a freshly signed one (StoreKit's Transaction.latest or currentEntitlements) and retry",
-                code: .staleToken
+            return (
+                .unauthorized(
+                    reason: "the signed transaction is older than \(Int(maxTokenAge)) s; "
+                        + "present a freshly signed one (StoreKit's Transaction.latest or currentEntitlements) and retry",
+                    code: .staleToken
+                ), nil
             )
         }
         var revokedIds: [String] = []
@@ -155,17 +211,28 @@ public struct ReceiptAccessGate: AccessGate {
             }
         }
         if entitlements(transactions, catalog, now).contains(content.contentIdentifier) {
-            return .allowed(subject: transactions.first?.transactionId ?? first.transactionId, reason: .entitled)
+            // The allow ends with the first of the token's transactions to expire or go stale.
+            var validUntil: Date?
+            for transaction in transactions {
+                for end in [transaction.expiresDate, maxTokenAge.map { transaction.signedDate.addingTimeInterval($0) }] {
+                    if let end { validUntil = min(validUntil ?? end, end) }
+                }
+            }
+            return (.allowed(subject: transactions.first?.transactionId ?? first.transactionId, reason: .entitled), validUntil)
         }
         if !revokedIds.isEmpty {
-            return .forbidden(
-                reason: "transaction \(revokedIds.joined(separator: ", ")) was refunded or revoked (App Store Server Notification)",
-                code: .revoked
+            return (
+                .forbidden(
+                    reason: "transaction \(revokedIds.joined(separator: ", ")) was refunded or revoked (App Store Server Notification)",
+                    code: .revoked
+                ), nil
             )
         }
-        return .forbidden(
-            reason: "the purchase of \(first.productId) does not entitle to \(content.contentIdentifier)",
-            code: .notEntitled
+        return (
+            .forbidden(
+                reason: "the purchase of \(first.productId) does not entitle to \(content.contentIdentifier)",
+                code: .notEntitled
+            ), nil
         )
     }
 }

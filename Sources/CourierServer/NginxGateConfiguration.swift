@@ -21,16 +21,32 @@ public struct NginxGateConfiguration: Sendable, Equatable {
     /// Seconds nginx waits to connect to a gate, and for its answer, before trying the next.
     public var connectTimeout: Int
     public var readTimeout: Int
+    /// Seconds nginx may reuse a gate's decision for the same `Authorization` header and path
+    /// (`proxy_cache`), so the many Range requests of one download ask a gate about once per
+    /// window; 0 caches nothing. A refund (or anything else that turns an allow into a refusal
+    /// but the token's own expiry, which the gate caps the entry at) takes up to this long (plus
+    /// one second, nginx counting whole seconds) to reach nginx.
+    public var decisionCache: Int
+    /// The folder nginx keeps cached decisions in (`proxy_cache_path`; nginx makes it, owner-only,
+    /// for its worker user). Its files hold the cache keys, so the bearer tokens.
+    public var decisionCachePath: String
+
+    public static let defaultDecisionCache = 2
+    public static let maximumDecisionCache = 3600
+    public static let defaultDecisionCachePath = "/var/lib/nginx/courier-decisions"
 
     /// Checks every value against what nginx's syntax and Courier's gate accept; throws
     /// `CourierError(.usage)` naming the bad one.
-    public init(contentDirectory: String, gates: [String], listen: String, keepalive: Int = 32, connectTimeout: Int = 2, readTimeout: Int = 10) throws {
-        guard contentDirectory.hasPrefix("/") else {
-            throw CourierError(.usage, "the content folder must be an absolute path: \(contentDirectory)")
+    public init(
+        contentDirectory: String, gates: [String], listen: String, keepalive: Int = 32, connectTimeout: Int = 2, readTimeout: Int = 10,
+        decisionCache: Int = NginxGateConfiguration.defaultDecisionCache,
+        decisionCachePath: String = NginxGateConfiguration.defaultDecisionCachePath
+    ) throws {
+        try Self.checkFolder(contentDirectory, name: "the content folder")
+        guard (0...Self.maximumDecisionCache).contains(decisionCache) else {
+            throw CourierError(.usage, "--decision-cache \(decisionCache) is not 0...\(Self.maximumDecisionCache) seconds")
         }
-        guard !contentDirectory.unicodeScalars.contains(where: { $0 == "\"" || $0 == "\\" || $0 == "$" || $0.value < 0x20 || $0.value == 0x7f }) else {
-            throw CourierError(.usage, "the content folder's path holds a character nginx's configuration cannot carry (\", \\, $ or a control character)")
-        }
+        if decisionCache > 0 { try Self.checkFolder(decisionCachePath, name: "the decision cache folder") }
         guard !gates.isEmpty else {
             throw CourierError(.usage, "at least one gate is needed", hint: "pass --gate HOST:PORT for each `courier serve` gate")
         }
@@ -49,6 +65,19 @@ public struct NginxGateConfiguration: Sendable, Equatable {
         self.keepalive = keepalive
         self.connectTimeout = connectTimeout
         self.readTimeout = readTimeout
+        self.decisionCache = decisionCache
+        self.decisionCachePath = decisionCachePath.count > 1 && decisionCachePath.hasSuffix("/") ? String(decisionCachePath.dropLast()) : decisionCachePath
+    }
+
+    /// A folder nginx's configuration can name in double quotes: absolute, without `"`, `\`,
+    /// `$` or control characters.
+    static func checkFolder(_ path: String, name: String) throws {
+        guard path.hasPrefix("/") else {
+            throw CourierError(.usage, "\(name) must be an absolute path: \(path)")
+        }
+        guard !path.unicodeScalars.contains(where: { $0 == "\"" || $0 == "\\" || $0 == "$" || $0.value < 0x20 || $0.value == 0x7f }) else {
+            throw CourierError(.usage, "\(name)'s path holds a character nginx's configuration cannot carry (\", \\, $ or a control character)")
+        }
     }
 
     /// `host:port` with a port 1...65535 and a host of letters, digits, `.`, `-`, `_` (or an IPv6
@@ -71,12 +100,46 @@ public struct NginxGateConfiguration: Sendable, Equatable {
     /// The configuration text.
     public func render() -> String {
         let servers = gates.map { "        server \($0) max_fails=1 fail_timeout=5s;" }.joined(separator: "\n")
+        var cachePath = ""
+        var cacheDirectives = ""
+        if decisionCache > 0 {
+            cachePath = """
+
+                # Gate decisions, reused for \(decisionCache) s per Authorization header and path
+                # (`--decision-cache`): a refund reaches nginx within that (plus a second); an allow
+                # never outlives its token (the gate caps X-Accel-Expires at the token's end).
+                # The path of the original request, without its query (the gate ignores it).
+                map $request_uri $courier_original_path {
+                    "~^(?<courier_path>[^?]*)" $courier_path;
+                }
+                proxy_cache_path "\(decisionCachePath)" levels=1:2 keys_zone=courier_decisions:10m max_size=64m inactive=\(max(60, 2 * decisionCache))s use_temp_path=off;
+
+
+                """
+            cacheDirectives = """
+
+                        # Reuse the gate's answer (204, 401, 403) for the same token and path; the
+                        # gate says for how long (X-Accel-Expires: at most the window, and never
+                        # past the token's end); concurrent misses ask once; never a stale answer.
+                        proxy_cache courier_decisions;
+                        proxy_cache_key "$courier_original_path $http_authorization";
+                        proxy_cache_valid 204 401 403 \(decisionCache)s;
+                        proxy_cache_lock on;
+                        proxy_cache_lock_timeout \(readTimeout)s;
+                        proxy_cache_use_stale off;
+                        proxy_set_header X-Courier-Decision-Cache \(decisionCache);
+                        # The key holds the token (a few KiB): nginx keeps it with the answer's
+                        # head in this buffer, and caches nothing when it does not fit.
+                        proxy_buffer_size 16k;
+                        proxy_busy_buffers_size 16k;
+                """
+        }
         return """
             # nginx in front of `courier serve` gates: nginx serves the staged packages (sendfile,
             # ranges, ETag); each request but /catalog.json is first put to a gate (auth_request
             # /authorize: 204 serve it, 401 no or bad token, 403 not entitled or revoked).
             # Printed by `courier origin nginx-config`; include it in nginx's http { } block.
-            upstream courier_gates {
+            \(cachePath)upstream courier_gates {
             \(servers)
                 keepalive \(keepalive);
                 # Shorter than a gate's wait for the next request on a kept-alive connection
@@ -135,7 +198,7 @@ public struct NginxGateConfiguration: Sendable, Equatable {
                     proxy_next_upstream error timeout;
                     proxy_connect_timeout \(connectTimeout)s;
                     proxy_read_timeout \(readTimeout)s;
-                    proxy_send_timeout \(readTimeout)s;
+                    proxy_send_timeout \(readTimeout)s;\(cacheDirectives)
                 }
             }
 

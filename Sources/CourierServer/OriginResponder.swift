@@ -23,6 +23,11 @@ struct OriginResponder: HTTPResponder {
 
     /// The header nginx's `auth_request` location sets to the original request target.
     static let originalURI = HTTPField.Name("X-Original-URI")!
+    /// The header nginx's `auth_request` location sets to the seconds it may cache a decision
+    /// (`courier origin nginx-config --decision-cache`); absent: it caches nothing.
+    static let decisionCache = HTTPField.Name("X-Courier-Decision-Cache")!
+    /// nginx's own header for how long it may cache a response (it wins over `proxy_cache_valid`).
+    static let accelExpires = HTTPField.Name("X-Accel-Expires")!
 
     init(
         configuration: OriginConfiguration,
@@ -132,6 +137,14 @@ struct OriginResponder: HTTPResponder {
         return decision
     }
 
+    /// Asks the gate for its decision and how long it holds, timing and counting it.
+    private func answer(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateAnswer {
+        let started = ContinuousClock.now
+        let answer = await gate.answer(bearer: bearer, content: content, catalog: catalog)
+        metrics?.recordDecision(answer.decision, duration: ContinuousClock.now - started)
+        return answer
+    }
+
     /// `GET /authorize`: the gate's decision about the request nginx's `auth_request` is holding,
     /// whose target is in `X-Original-URI` and whose `Authorization` header is forwarded. 204
     /// allowed, 401 (with `WWW-Authenticate`) no or bad token, 403 not entitled, revoked, not a
@@ -139,8 +152,14 @@ struct OriginResponder: HTTPResponder {
     /// drop it). `/catalog.json` is public: 204. The target must be a canonical absolute path
     /// (no percent-encoding, dot segments or repeated slashes; a query is ignored), so the path
     /// the gate judges is byte for byte the file nginx serves.
+    ///
+    /// With `X-Courier-Decision-Cache: N` (nginx caches decisions, docs/origin.md) the answer says
+    /// how long nginx may reuse it (`X-Accel-Expires`, `Cache-Control: max-age`): N seconds, at
+    /// most `GateAnswer.maximumCacheWindow`, and for an allow never past the token's own end
+    /// (`GateAnswer.cacheSeconds`); without it, `Cache-Control: no-store`.
     private func authorizeOnly(_ request: Request, entry: inout AccessEntry) async -> Response {
         let decision: GateDecision
+        var validUntil: Date?
         let original = request.headers[Self.originalURI]
         entry.original = original
         if let original, let path = Self.canonicalPath(original) {
@@ -149,7 +168,9 @@ struct OriginResponder: HTTPResponder {
             } else if let published = try? catalogSource.current() {
                 if let served = published.index[path] {
                     entry.contentIdentifier = served.contentIdentifier
-                    decision = await decide(bearer: Self.bearer(request), content: served, catalog: published.catalog)
+                    let answer = await answer(bearer: Self.bearer(request), content: served, catalog: published.catalog)
+                    decision = answer.decision
+                    validUntil = answer.validUntil
                 } else {
                     decision = .forbidden(reason: "\(path) is not in the catalog", code: .notInCatalog)
                     metrics?.recordDecision(decision, duration: .zero)
@@ -163,7 +184,14 @@ struct OriginResponder: HTTPResponder {
             metrics?.recordDecision(decision, duration: .zero)
         }
         var headers = HTTPFields()
-        headers[.cacheControl] = "no-store"
+        let window = request.headers[Self.decisionCache].flatMap { Int($0) }
+        if let seconds = GateAnswer(decision: decision, validUntil: validUntil).cacheSeconds(window: window, now: Date()), seconds > 0 {
+            headers[Self.accelExpires] = String(seconds)
+            headers[.cacheControl] = "max-age=\(seconds)"
+        } else {
+            if window != nil { headers[Self.accelExpires] = "0" }
+            headers[.cacheControl] = "no-store"
+        }
         switch decision {
         case .allowed(let subject, _):
             entry.subject = subject

@@ -90,6 +90,82 @@ struct AuthorizeTests {
         try await origin.stop()
     }
 
+    @Test("with X-Courier-Decision-Cache, nginx may reuse an answer for that long, an allow never past its token's end")
+    func decisionCacheHeaders() async throws {
+        var fixture = try ContentFixture()
+        try fixture.addPackage(Self.pack, size: 5000)
+        try fixture.addPackage(Self.other, size: 5000)
+        try fixture.publishCatalog(products: [Self.pack, Self.other])
+        defer { fixture.folder.remove() }
+        let packPath = "/" + ContentFixture.path(Self.pack)
+        // A token signed now that the gate takes for `maxTokenAge` seconds.
+        func origin(maxTokenAge: TimeInterval?) async throws -> RunningOrigin {
+            let gate = ReceiptAccessGate(
+                verifier: TableVerifier(purchases: ["buyer": [Self.pack]]),
+                entitlements: { transactions, _, _ in Set(transactions.map(\.productId)) },
+                maxTokenAge: maxTokenAge
+            )
+            return try await RunningOrigin.start(content: fixture.url, gate: gate)
+        }
+        func ask(_ origin: RunningOrigin, _ target: String, token: String?, window: String?) async throws -> CurlExchange {
+            var arguments = ["-H", "X-Original-URI: \(target)"]
+            if let token { arguments += ["-H", "Authorization: Bearer \(token)"] }
+            if let window { arguments += ["-H", "X-Courier-Decision-Cache: \(window)"] }
+            return try await CurlExchange.run(origin.url("authorize"), arguments)
+        }
+
+        let lasting = try await origin(maxTokenAge: nil)
+        // Without the header: nothing may be cached.
+        let plain = try await ask(lasting, packPath, token: "buyer", window: nil)
+        #expect(plain.status == 204)
+        #expect(plain.headers["cache-control"] == "no-store")
+        #expect(plain.headers["x-accel-expires"] == nil)
+        // With it: allows and refusals alike for the window, capped at an hour.
+        for (target, token, status) in [(packPath, "buyer", 204), (packPath, nil, 401), ("/" + ContentFixture.path(Self.other), "buyer", 403)] {
+            let answer = try await ask(lasting, target, token: token, window: "30")
+            #expect(answer.status == status)
+            #expect(answer.headers["x-accel-expires"] == "30", "\(status)")
+            #expect(answer.headers["cache-control"] == "max-age=30", "\(status)")
+        }
+        #expect(try await ask(lasting, packPath, token: "buyer", window: "86400").headers["x-accel-expires"] == "3600")
+        let off = try await ask(lasting, packPath, token: "buyer", window: "0")
+        #expect(off.headers["x-accel-expires"] == "0")
+        #expect(off.headers["cache-control"] == "no-store")
+        #expect(try await ask(lasting, packPath, token: "buyer", window: "soon").headers["cache-control"] == "no-store")
+        try await lasting.stop()
+
+        // A token good for 10 more seconds: cached 2 s short of its end (nginx counts whole
+        // seconds from a little later); one with less than 3 s left is not cached at all.
+        let short = try await origin(maxTokenAge: 10)
+        let capped = try await ask(short, packPath, token: "buyer", window: "30")
+        #expect(capped.status == 204)
+        let seconds = capped.headers["x-accel-expires"].flatMap { Int($0) } ?? -1
+        #expect((6...7).contains(seconds), "\(capped.headers)")
+        try await short.stop()
+        let ending = try await origin(maxTokenAge: 2.5)
+        let last = try await ask(ending, packPath, token: "buyer", window: "30")
+        #expect(last.status == 204)
+        #expect(last.headers["x-accel-expires"] == "0")
+        #expect(last.headers["cache-control"] == "no-store")
+        try await ending.stop()
+    }
+
+    static let allowed = GateDecision.allowed(subject: "t1", reason: .entitled)
+
+    @Test("decision cache seconds: the window, at most an hour, and 2 s short of the decision's end")
+    func decisionCacheSeconds() {
+        let now = Date(timeIntervalSince1970: 1_000_000)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: nil).cacheSeconds(window: nil, now: now) == nil)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: nil).cacheSeconds(window: -1, now: now) == nil)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: nil).cacheSeconds(window: 5, now: now) == 5)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: nil).cacheSeconds(window: 90_000, now: now) == 3600)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: now.addingTimeInterval(100)).cacheSeconds(window: 5, now: now) == 5)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: now.addingTimeInterval(6.9)).cacheSeconds(window: 5, now: now) == 4)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: now.addingTimeInterval(2.9)).cacheSeconds(window: 5, now: now) == 0)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: now.addingTimeInterval(-50)).cacheSeconds(window: 5, now: now) == 0)
+        #expect(GateAnswer(decision: Self.allowed, validUntil: .distantPast).cacheSeconds(window: 5, now: now) == 0)
+    }
+
     @Test("metrics: requests by status, bytes, gate decisions by reason, decision time, token cache hits and misses")
     func metrics() async throws {
         let (metrics, registry) = OriginMetrics.standalone()

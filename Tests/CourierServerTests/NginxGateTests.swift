@@ -21,8 +21,13 @@ struct NginxGateTests {
         var gateFolders: [TemporaryDirectory] = []
         var nginx: NginxServer?
         var printed = ""
+        /// Where nginx caches the gates' decisions (`--decision-cache-path`).
+        let decisionFolder: URL
 
-        init() throws {
+        /// - Parameters:
+        ///   - decisionCache: `courier origin nginx-config --decision-cache` (seconds; 0 off).
+        ///   - maxTokenAge: the gates' `--max-token-age`.
+        init(decisionCache: Int = 0, maxTokenAge: Int? = nil) throws {
             fixture = try ContentFixture()
             try fixture.addPackage(NginxGateTests.big, size: NginxGateTests.bigSize)
             try fixture.addPackage(NginxGateTests.small, size: 10_000)
@@ -30,6 +35,7 @@ struct NginxGateTests {
             chain = try TestSigningChain()
             scratch = try TemporaryDirectory(prefix: "courier-gates")
             storage = scratch.appending("storage")
+            decisionFolder = scratch.appending("decisions")
             let root = scratch.appending("root.pem")
             try chain.writeRoot(to: root)
             // Whatever fails on the way, no gate outlives the test.
@@ -41,7 +47,7 @@ struct NginxGateTests {
                         [
                             "--content", fixture.url.path, "--trust-root", root.path, "--bundle-id", "com.example.app",
                             "--environment", "Sandbox", "--storage", storage.path, "--metrics-port", "0",
-                        ],
+                        ] + (maxTokenAge.map { ["--max-token-age", "\($0)"] } ?? []),
                         scratch: folder
                     )
                     gates.append((process, port, log))
@@ -49,9 +55,10 @@ struct NginxGateTests {
                 let gateArguments = gates.flatMap { ["--gate", "127.0.0.1:\($0.port)"] }
                 var printed = ""
                 let content = fixture.url.path
+                let cacheArguments = ["--decision-cache", "\(decisionCache)", "--decision-cache-path", decisionFolder.path]
                 nginx = try NginxServer(root: fixture.url) { port in
                     let result = try CourierBinary.run(
-                        ["origin", "nginx-config", "--content", content, "--listen", "127.0.0.1:\(port)"] + gateArguments
+                        ["origin", "nginx-config", "--content", content, "--listen", "127.0.0.1:\(port)"] + gateArguments + cacheArguments
                     )
                     guard result.status == 0 else {
                         throw CourierError(.internal, "courier origin nginx-config failed", cause: result.stderr)
@@ -108,6 +115,19 @@ struct NginxGateTests {
             }.filter { $0["message"] as? String == "access" }
         }
 
+        /// The `/authorize` requests both gates answered so far.
+        func authorizations() -> Int {
+            (0..<gates.count).map { gate in accessLog(gate).filter { $0["http.target"] as? String == "/authorize" }.count }.reduce(0, +)
+        }
+
+        /// GET `path` through nginx with `token`; the status.
+        func fetch(_ path: String, token: String, range: String? = nil) throws -> Int {
+            guard let nginx else { return 0 }
+            var arguments = ["-H", "Authorization: Bearer \(token)"]
+            if let range { arguments += ["-r", range] }
+            return try CurlExchange.runBlocking(nginx.url(path).absoluteString, arguments).status
+        }
+
         /// The port a gate serves metrics on (its `metrics` event).
         func metricsPort(_ gate: Int) -> Int? {
             ((try? String(contentsOf: gates[gate].log, encoding: .utf8)) ?? "").split(separator: "\n").compactMap {
@@ -118,7 +138,7 @@ struct NginxGateTests {
 
     @Test("the printed configuration is what runs: sendfile, auth_request, an upstream of both gates, next upstream on error")
     func printedConfiguration() throws {
-        let stack = try Stack()
+        let stack = try Stack(decisionCache: 0)
         defer { stack.stop() }
         for line in [
             "sendfile on;", "auth_request /authorize;", "proxy_pass_request_body off;", "proxy_set_header X-Original-URI $request_uri;",
@@ -126,6 +146,10 @@ struct NginxGateTests {
             "server 127.0.0.1:\(stack.gates[0].port)", "server 127.0.0.1:\(stack.gates[1].port)", "internal;",
         ] {
             #expect(stack.printed.contains(line), "\(line)")
+        }
+        // --decision-cache 0: no cache directive at all.
+        for word in ["proxy_cache", "X-Courier-Decision-Cache", "map "] {
+            #expect(!stack.printed.contains(word), "\(word)")
         }
         guard let nginx = stack.nginx else { return }
         let token = try stack.token(NginxGateTests.small, transaction: "3000000000000001")
@@ -187,6 +211,10 @@ struct NginxGateTests {
             (["--content", folder.path, "--gate", "127.0.0.1:1", "--listen", "x y"], "--listen x y is not HOST:PORT or PORT"),
             (["--content", quoted.path, "--gate", "127.0.0.1:1"], "cannot carry"),
             (["--content", folder.appending("missing").path, "--gate", "127.0.0.1:1"], "is not a folder"),
+            (["--content", folder.path, "--gate", "127.0.0.1:1", "--decision-cache=-1"], "--decision-cache -1 is not 0...3600 seconds"),
+            (["--content", folder.path, "--gate", "127.0.0.1:1", "--decision-cache", "3601"], "--decision-cache 3601 is not 0...3600 seconds"),
+            (["--content", folder.path, "--gate", "127.0.0.1:1", "--decision-cache-path", "cache"], "the decision cache folder must be an absolute path"),
+            (["--content", folder.path, "--gate", "127.0.0.1:1", "--decision-cache-path", "/a;b$c"], "cannot carry"),
         ]
         for (arguments, message) in cases {
             let result = try CourierBinary.run(["origin", "nginx-config"] + arguments)
@@ -201,12 +229,15 @@ struct NginxGateTests {
         #expect(ipv6.stdout.contains("root \"\(folder.url.standardizedFileURL.path)\";"))
     }
 
-    @Test("kill -9 of one gate while a client downloads with Range requests: every range arrives, the file is whole")
-    func gateKilledMidDownload() throws {
-        let stack = try Stack()
+    @Test(
+        "kill -9 of one gate while a client downloads with Range requests: every range arrives, the file is whole",
+        arguments: [0, 60]
+    )
+    func gateKilledMidDownload(decisionCache: Int) throws {
+        let stack = try Stack(decisionCache: decisionCache)
         defer { stack.stop() }
         guard let nginx = stack.nginx else { return }
-        let token = try stack.token(NginxGateTests.big, transaction: "3000000000000002")
+        var token = try stack.token(NginxGateTests.big, transaction: "3000000000000002")
         let url = nginx.url(ContentFixture.path(NginxGateTests.big)).absoluteString
         let chunk = 256 << 10
         var received = Data()
@@ -214,11 +245,18 @@ struct NginxGateTests {
         var offset = 0
         while offset < NginxGateTests.bigSize {
             let end = min(offset + chunk, NginxGateTests.bigSize) - 1
-            // A third of the way through, once the first gate has answered some of this
-            // download's checks, it dies without a word (nginx holds keepalive connections to it).
+            // A third of the way through, once the gates have answered some of this download's
+            // checks, the first gate dies without a word (nginx holds keepalive connections to it).
             if !killed, offset >= NginxGateTests.bigSize / 3 {
                 let answered = stack.accessLog(0).filter { $0["http.target"] as? String == "/authorize" }.count
-                #expect(answered > 0, "nginx sent the first gate nothing before it was killed")
+                if decisionCache == 0 {
+                    #expect(answered > 0, "nginx sent the first gate nothing before it was killed")
+                } else {
+                    // nginx asked once and reuses the answer; the client then presents a freshly
+                    // signed transaction, which nginx must put to a gate after the kill.
+                    #expect(stack.authorizations() == 1, "nginx asked the gates more than once for one token")
+                    token = try stack.token(NginxGateTests.big, transaction: "3000000000000012")
+                }
                 kill(stack.gates[0].process.processIdentifier, SIGKILL)
                 stack.gates[0].process.waitUntilExit()
                 killed = true
@@ -235,9 +273,12 @@ struct NginxGateTests {
         #expect(stack.accessLog(1).filter { $0["http.target"] as? String == "/authorize" }.count > 0)
     }
 
-    @Test("a refund POSTed through nginx to one gate is refused by both gates, with the token already cached by each")
-    func refundReachesBothGates() throws {
-        let stack = try Stack()
+    @Test(
+        "a refund POSTed through nginx to one gate is refused by both gates (token cached by each); by nginx at once, or within its decision cache",
+        arguments: [0, 2]
+    )
+    func refundReachesBothGates(decisionCache: Int) throws {
+        let stack = try Stack(decisionCache: decisionCache)
         defer { stack.stop() }
         guard let nginx = stack.nginx else { return }
         let transaction = "3000000000000003"
@@ -261,8 +302,91 @@ struct NginxGateTests {
         #expect(posted.json?["result"] as? String == "revoked")
 
         for gate in 0..<2 { #expect(try ask(gate) == 403, "gate \(gate)") }
+        if decisionCache > 0 {
+            // nginx may still serve its cached allow, for the window (and the second it counts)
+            // at most; then it asks a gate again and refuses. Wait for that, with a deadline far
+            // past the window for a busy machine.
+            let deadline = Date().addingTimeInterval(Double(decisionCache) + 30)
+            var status = 200
+            while status == 200, Date() < deadline {
+                status = try stack.fetch(path, token: token)
+            }
+            #expect(status == 403, "nginx still served a refunded purchase \(Int(Double(decisionCache) + 30)) s after the refund")
+        }
         for _ in 0..<4 {
             #expect(try CurlExchange.runBlocking(nginx.url(path).absoluteString, ["-H", "Authorization: Bearer \(token)"]).status == 403)
         }
+    }
+
+    @Test("with the decision cache, the Range requests of one download reach a gate once; another token or path asks again")
+    func decisionCacheAsksOnce() throws {
+        let stack = try Stack(decisionCache: 60)
+        defer { stack.stop() }
+        guard let nginx = stack.nginx else { return }
+        for line in [
+            "proxy_cache courier_decisions;", "proxy_cache_key \"$courier_original_path $http_authorization\";",
+            "proxy_cache_valid 204 401 403 60s;", "proxy_cache_lock on;", "proxy_cache_use_stale off;",
+            "proxy_set_header X-Courier-Decision-Cache 60;", "proxy_cache_path \"\(stack.decisionFolder.path)\"",
+        ] {
+            #expect(stack.printed.contains(line), "\(line)")
+        }
+        let token = try stack.token(NginxGateTests.big, transaction: "3000000000000004")
+        let path = ContentFixture.path(NginxGateTests.big)
+        let chunk = 512 << 10
+        var received = Data()
+        for offset in stride(from: 0, to: NginxGateTests.bigSize, by: chunk) {
+            let answer = try CurlExchange.runBlocking(
+                nginx.url(path).absoluteString, ["-H", "Authorization: Bearer \(token)", "-r", "\(offset)-\(offset + chunk - 1)"]
+            )
+            #expect(answer.status == 206)
+            received.append(answer.body)
+        }
+        #expect(received == stack.fixture.packages[NginxGateTests.big])
+        #expect(stack.authorizations() == 1, "\(NginxGateTests.bigSize / chunk) ranges of one download")
+        // A query does not make another key (the gate ignores it too).
+        #expect(try stack.fetch(path + "?attempt=2", token: token, range: "0-9") == 206)
+        #expect(stack.authorizations() == 1)
+        // Another token, another path: asked again; refusals are cached the same way.
+        let other = try stack.token(NginxGateTests.big, transaction: "3000000000000005")
+        #expect(try stack.fetch(path, token: other, range: "0-9") == 206)
+        #expect(stack.authorizations() == 2)
+        for _ in 0..<3 { #expect(try stack.fetch(ContentFixture.path(NginxGateTests.small), token: token) == 403) }
+        #expect(stack.authorizations() == 3)
+        // nginx made the cache folder owner-only.
+        let attributes = try FileManager.default.attributesOfItem(atPath: stack.decisionFolder.path)
+        let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue ?? -1
+        #expect(mode & 0o077 == 0, "mode \(String(mode, radix: 8))")
+    }
+
+    @Test("an allow cached by nginx never outlives its token: nothing is served after the token's end")
+    func cachedAllowEndsWithToken() throws {
+        let maxTokenAge = 60
+        let stack = try Stack(decisionCache: 600, maxTokenAge: maxTokenAge)
+        defer { stack.stop() }
+        // Signed so that the gates take it for 8 more seconds.
+        let expiry = Date().addingTimeInterval(8)
+        let token = try stack.chain.token(
+            TestSigningChain.payload(
+                productId: NginxGateTests.small, transactionId: "3000000000000006", environment: "Sandbox",
+                signedDate: expiry.addingTimeInterval(-Double(maxTokenAge))
+            )
+        )
+        let path = ContentFixture.path(NginxGateTests.small)
+        var served = 0
+        var status = 200
+        let deadline = expiry.addingTimeInterval(30)
+        while status == 200, Date() < deadline {
+            let asked = Date()
+            status = try stack.fetch(path, token: token)
+            if status == 200 {
+                served += 1
+                #expect(asked < expiry, "nginx served the package \(asked.timeIntervalSince(expiry)) s after the token's end")
+            }
+        }
+        #expect(status == 401, "the token was still taken \(deadline.timeIntervalSince(expiry)) s after its end")
+        #expect(served > 0)
+        // nginx did cache the allow (the gates were asked less often than it served), for less
+        // than the token had left.
+        #expect(stack.authorizations() < served + 1, "served \(served), asked \(stack.authorizations())")
     }
 }
