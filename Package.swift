@@ -115,12 +115,17 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict,
-            // Release: lld packs the binary's ~140,000 relative relocations into DT_RELR (27 KiB,
-            // glibc 2.36+) instead of a 3.2 MiB table the loader reads whole at every start: 1.3-3
-            // MiB less peak RSS for `courier get` (docs/transfer.md "Memory").
+            // Release (built with --static-swift-stdlib, README): lld packs the binary's ~140,000
+            // relative relocations into DT_RELR (27 KiB, glibc 2.36+) instead of a 3.2 MiB table the
+            // loader reads whole at every start, and --no-export-dynamic undoes the static stdlib's
+            // -export-dynamic (51,000 of our symbols in .dynsym; a dynamic build exports none):
+            // about 4 MiB less peak RSS for `courier get` (docs/transfer.md "Memory").
             linkerSettings: [
                 .unsafeFlags(
-                    ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"],
+                    [
+                        "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
+                        "-Xlinker", "--no-export-dynamic",
+                    ],
                     .when(platforms: [.linux], configuration: .release))
             ]
         ),
