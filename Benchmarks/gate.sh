@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # nginx + auth_request + `courier serve` gates vs nginx alone, serving the same files to wrk with
 # 64 connections, in the same run (release build): whole files and 1 MiB ranges of a bigger one.
-# nginx is configured with what `courier origin nginx-config` prints; every request carries a
-# signed transaction (64 distinct purchases, so the gates' token cache holds 64 entries).
+# nginx is configured with what `courier origin nginx-config` prints, twice: with its decision
+# cache (`--decision-cache`, DECISION_CACHE seconds, default 2) and without (`--decision-cache 0`);
+# every request carries a signed transaction (64 distinct purchases, so the gates' token cache
+# holds 64 entries and nginx's decision cache 64 keys per file).
 # Prints requests/s of each, the throughput ratio gated/alone (goal >= 0.8), wrk's p99 latency,
-# and the gates' p99 decision time from their courier_gate_decision_seconds histograms.
+# the gates' p99 decision time from their courier_gate_decision_seconds histograms (for each
+# gated run: what the gates were asked during it), and the load average.
 #   Benchmarks/gate.sh
 #   COURIER_BIN=.build/debug/courier DURATION=3 BIG_MIB=16 Benchmarks/gate.sh   # a quick check
 set -euo pipefail
@@ -17,6 +20,7 @@ GATES=${GATES:-2}              # courier serve gate processes behind nginx
 WHOLE_KIB=${WHOLE_KIB:-256}    # the file fetched whole
 BIG_MIB=${BIG_MIB:-64}         # the file fetched in 1 MiB ranges
 TOKENS=${TOKENS:-64}
+DECISION_CACHE=${DECISION_CACHE:-2}  # seconds nginx reuses a gate's decision in the cached run
 
 if ! command -v wrk >/dev/null; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -89,34 +93,44 @@ done
 mkdir -p "$WORK/plain"
 start_nginx "$WORK/content" "$WORK/plain"
 PLAIN_PORT=$NGINX_PORT; PIDS+=("$NGINX_PID"); NGINX_PID=""
-mkdir -p "$WORK/gated"
-GATED_PORT=$(free_port)
-"$BIN" origin nginx-config --content "$WORK/content" "${GATE_ARGS[@]}" --listen "127.0.0.1:$GATED_PORT" > "$WORK/gated/courier.conf"
-user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
-cat > "$WORK/gated/nginx.conf" <<CONF
+
+# gated_nginx NAME CACHE_SECONDS: starts nginx with the printed configuration; sets GATED_PORT.
+gated_nginx() {
+  local dir="$WORK/$1" port
+  mkdir -p "$dir"
+  port=$(free_port)
+  "$BIN" origin nginx-config --content "$WORK/content" "${GATE_ARGS[@]}" --listen "127.0.0.1:$port" \
+    --decision-cache "$2" --decision-cache-path "$dir/decisions" > "$dir/courier.conf"
+  cat > "$dir/nginx.conf" <<CONF
 $user
 worker_processes 1;
 daemon off;
-pid $WORK/gated/nginx.pid;
-error_log $WORK/gated/nginx-error.log warn;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log warn;
 events { worker_connections 1024; }
 http {
     access_log off;
-    client_body_temp_path $WORK/gated/cb; proxy_temp_path $WORK/gated/px; fastcgi_temp_path $WORK/gated/fc;
-    uwsgi_temp_path $WORK/gated/uw; scgi_temp_path $WORK/gated/sc;
+    client_body_temp_path $dir/cb; proxy_temp_path $dir/px; fastcgi_temp_path $dir/fc;
+    uwsgi_temp_path $dir/uw; scgi_temp_path $dir/sc;
     keepalive_requests 100000;
-    include $WORK/gated/courier.conf;
+    include $dir/courier.conf;
 }
 CONF
-/usr/sbin/nginx -c "$WORK/gated/nginx.conf" -p "$WORK/gated" -e "$WORK/gated/nginx-error.log" >/dev/null 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GATED_PORT/catalog.json" && break; sleep 0.05; done
-
-# Sanity: the gated nginx refuses without a token and serves with one.
-TOKEN=$(head -n 1 "$WORK/tokens-whole")
-[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GATED_PORT/$WHOLE")" = 401 ] || { echo "gate.sh: the gate let an anonymous request in" >&2; exit 1; }
-[ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$GATED_PORT/$WHOLE")" = 200 ] \
-  || { echo "gate.sh: the gated nginx does not serve a purchase; $(tail -3 "$WORK/gated/nginx-error.log")" >&2; exit 1; }
+  /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >/dev/null 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/catalog.json" && break; sleep 0.05; done
+  # Sanity: the gated nginx refuses without a token and serves with one.
+  local token
+  token=$(head -n 1 "$WORK/tokens-whole")
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/$WHOLE")" = 401 ] \
+    || { echo "gate.sh: the gate let an anonymous request in" >&2; exit 1; }
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$port/$WHOLE")" = 200 ] \
+    || { echo "gate.sh: the gated nginx does not serve a purchase; $(tail -3 "$dir/nginx-error.log")" >&2; exit 1; }
+  GATED_PORT=$port
+}
+user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
+gated_nginx uncached 0; UNCACHED_PORT=$GATED_PORT
+gated_nginx cached "$DECISION_CACHE"; CACHED_PORT=$GATED_PORT
 
 # wrk scripts: every request carries one of the tokens (round robin); ranges start at a random MiB.
 write_script() {  # write_script NAME PATH TOKENS RANGED
@@ -143,19 +157,28 @@ write_script ranges "$BIG" "$WORK/tokens-big" true
 run_wrk() {  # run_wrk PORT SCRIPT OUT
   wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/$2.lua" "http://127.0.0.1:$1/" > "$3"
 }
+snapshot() {  # snapshot NAME: every gate's metrics now
+  for i in "${!METRICS_PORTS[@]}"; do
+    curl -s "http://127.0.0.1:${METRICS_PORTS[$i]}/metrics" > "$WORK/metrics-$1-$i.txt"
+  done
+}
+: > "$WORK/load.txt"
 for case in whole ranges; do
   echo "== $case: nginx alone" >&2
   run_wrk "$PLAIN_PORT" "$case" "$WORK/$case-plain.txt"
-  echo "== $case: nginx + auth_request + $GATES gate(s)" >&2
-  run_wrk "$GATED_PORT" "$case" "$WORK/$case-gated.txt"
-done
-for i in "${!METRICS_PORTS[@]}"; do
-  curl -s "http://127.0.0.1:${METRICS_PORTS[$i]}/metrics" > "$WORK/metrics$i.txt"
+  for run in uncached cached; do
+    port=$UNCACHED_PORT; [ "$run" = cached ] && port=$CACHED_PORT
+    echo "== $case: nginx + auth_request + $GATES gate(s), $run" >&2
+    snapshot "$case-$run-before"
+    run_wrk "$port" "$case" "$WORK/$case-$run.txt"
+    snapshot "$case-$run-after"
+  done
+  echo "$case $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/load.txt"
 done
 
-python3 - "$WORK" "$WHOLE_KIB" "$GATES" <<'PY'
+python3 - "$WORK" "$WHOLE_KIB" "$GATES" "$DECISION_CACHE" <<'PY'
 import glob, re, sys
-work, whole_kib, gates = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, whole_kib, gates, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
 def wrk(path):
     text = open(path).read()
@@ -166,35 +189,45 @@ def wrk(path):
     errors = re.search(r"Socket errors:(.*)", text)
     return rps, float(p99.group(1)) * scale[p99.group(2)], int(non2xx.group(1)) if non2xx else 0, errors.group(1).strip() if errors else ""
 
+def metrics(name):
+    """The gates' decision histogram (bucket -> count), count, sum and token-cache hits/misses, summed."""
+    buckets, values = {}, {"count": 0, "sum": 0.0, "hits": 0, "misses": 0}
+    for path in glob.glob(f"{work}/metrics-{name}-*.txt"):
+        for line in open(path):
+            m = re.match(r'courier_gate_decision_seconds_bucket\{le="([^"]+)"\} (\d+)', line)
+            if m:
+                le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
+                buckets[le] = buckets.get(le, 0) + int(m.group(2))
+            for key, pattern in (("count", r"courier_gate_decision_seconds_count (\S+)"), ("sum", r"courier_gate_decision_seconds_sum (\S+)"),
+                                 ("hits", r"courier_token_cache_hits_total (\S+)"), ("misses", r"courier_token_cache_misses_total (\S+)")):
+                m = re.match(pattern, line)
+                if m: values[key] += float(m.group(1))
+    return buckets, values
+
+def decisions(case, run):
+    """What the gates decided during one wrk run: count, mean, p50 and p99 (bucket upper bounds)."""
+    (b0, v0), (b1, v1) = metrics(f"{case}-{run}-before"), metrics(f"{case}-{run}-after")
+    count = int(v1["count"] - v0["count"])
+    if count <= 0:
+        return "no gate decisions"
+    buckets = {le: b1.get(le, 0) - b0.get(le, 0) for le in b1}
+    p50 = next(le for le in sorted(buckets) if buckets[le] >= 0.5 * count)
+    p99 = next(le for le in sorted(buckets) if buckets[le] >= 0.99 * count)
+    mean = (v1["sum"] - v0["sum"]) / count
+    return (f"{count} gate decisions, mean {mean * 1e6:.0f} us, p50 <= {p50 * 1e6:.0f} us, p99 <= {p99 * 1e6:.0f} us; "
+            f"token cache {int(v1['hits'] - v0['hits'])} hits, {int(v1['misses'] - v0['misses'])} misses")
+
+loads = dict(line.split(" ", 1) for line in open(f"{work}/load.txt").read().splitlines())
 for case, label in (("whole", f"whole {whole_kib} KiB file"), ("ranges", "1 MiB ranges")):
-    plain, gated = wrk(f"{work}/{case}-plain.txt"), wrk(f"{work}/{case}-gated.txt")
-    print(f"{label}: nginx alone {plain[0]:.0f} req/s (p99 {plain[1]:.2f} ms), "
-          f"nginx + auth_request + {gates} gates {gated[0]:.0f} req/s (p99 {gated[1]:.2f} ms); "
-          f"throughput ratio {gated[0] / plain[0]:.2f} (goal >= 0.8)")
-    for name, result in (("alone", plain), ("gated", gated)):
+    plain = wrk(f"{work}/{case}-plain.txt")
+    print(f"{label}: nginx alone {plain[0]:.0f} req/s (p99 {plain[1]:.2f} ms); load average after the case {loads.get(case, '?')}")
+    results = [("alone", plain)]
+    for run, name in (("uncached", "no decision cache"), ("cached", f"decision cache {window} s")):
+        gated = wrk(f"{work}/{case}-{run}.txt")
+        results.append((run, gated))
+        print(f"  nginx + auth_request + {gates} gates, {name}: {gated[0]:.0f} req/s (p99 {gated[1]:.2f} ms), "
+              f"ratio {gated[0] / plain[0]:.2f} (goal >= 0.8); {decisions(case, run)}")
+    for name, result in results:
         if result[2] or result[3]:
             print(f"  warning: {name}: {result[2]} non-2xx responses; socket errors: {result[3] or 'none'}")
-
-# The gates' decision-time histograms, summed: p99 as the upper bound of the bucket holding it.
-buckets, count, total = {}, 0, 0.0
-for path in glob.glob(f"{work}/metrics*.txt"):
-    for line in open(path):
-        m = re.match(r'courier_gate_decision_seconds_bucket\{le="([^"]+)"\} (\d+)', line)
-        if m:
-            le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
-            buckets[le] = buckets.get(le, 0) + int(m.group(2))
-        m = re.match(r"courier_gate_decision_seconds_count (\d+)", line)
-        if m: count += int(m.group(1))
-        m = re.match(r"courier_gate_decision_seconds_sum ([\d.e+-]+)", line)
-        if m: total += float(m.group(1))
-hits = misses = 0
-for path in glob.glob(f"{work}/metrics*.txt"):
-    for line in open(path):
-        if line.startswith("courier_token_cache_hits_total "): hits += int(float(line.split()[1]))
-        if line.startswith("courier_token_cache_misses_total "): misses += int(float(line.split()[1]))
-if count:
-    p99 = next(le for le in sorted(buckets) if buckets[le] >= 0.99 * count)
-    p50 = next(le for le in sorted(buckets) if buckets[le] >= 0.5 * count)
-    print(f"gate decisions: {count}, mean {total / count * 1e6:.0f} us, p50 <= {p50 * 1e6:.0f} us, "
-          f"p99 <= {p99 * 1e6:.0f} us (histogram bucket); token cache {hits} hits, {misses} misses")
 PY
