@@ -325,7 +325,7 @@ struct NginxGateTests {
         guard let nginx = stack.nginx else { return }
         for line in [
             "proxy_cache courier_decisions;", "proxy_cache_key \"$courier_original_path $http_authorization\";",
-            "proxy_cache_valid 204 401 403 60s;", "proxy_cache_lock on;", "proxy_cache_use_stale off;",
+            "proxy_cache_valid 204 401 403 60s;", "proxy_cache_lock off;", "proxy_cache_use_stale off;",
             "proxy_set_header X-Courier-Decision-Cache 60;", "proxy_cache_path \"\(stack.decisionFolder.path)\"",
         ] {
             #expect(stack.printed.contains(line), "\(line)")
