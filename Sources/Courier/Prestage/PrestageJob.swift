@@ -249,58 +249,85 @@ public struct PrestageJob: Sendable {
         return summary
     }
 
+    /// Claims, stages and records tasks until none is left. With a group sync (a shared queue),
+    /// a staged package's record waits for a sync that covers it while the worker goes on with
+    /// its next task: at most one such record is pending per worker.
     private func work(worker: String, downloads: URL, sync: GroupSync?, events: @escaping @Sendable (PrestageEvent) -> Void) async {
-        while !Task.isCancelled {
-            let claimed: PrestageTask?
-            do {
-                claimed = try await queue.claim(worker: worker)
-            } catch {
-                if !Task.isCancelled { logger.error("cannot claim pre-staging work", metadata: ["error": "\(error)"]) }
-                return
-            }
-            guard let task = claimed else {
+        await withTaskGroup(of: Void.self) { pending in
+            var outstanding = 0
+            while !Task.isCancelled {
+                let claimed: PrestageTask?
                 do {
-                    if try await queue.awaitWork() { continue }
-                } catch where !Task.isCancelled {
-                    logger.error("cannot wait for pre-staging work", metadata: ["error": "\(error)"])
-                } catch {}
-                return
-            }
-            PrestageMetrics.claimed.increment()
-            events(.started(task))
-            let started = ContinuousClock.now
-            var outcome = await stageWithHeartbeat(task, worker: worker, downloads: downloads, events: events)
-            if let sync, case .staged = outcome {
-                do {
-                    try await sync.sync()
+                    claimed = try await queue.claim(worker: worker)
                 } catch {
-                    outcome = .failed((error as? CourierError) ?? CourierError(.io, "cannot sync the staging tree", cause: "\(error)"))
+                    if !Task.isCancelled { logger.error("cannot claim pre-staging work", metadata: ["error": "\(error)"]) }
+                    return
+                }
+                guard let task = claimed else {
+                    // This worker's own records first: the run may be waiting only for them.
+                    await pending.waitForAll()
+                    outstanding = 0
+                    do {
+                        if try await queue.awaitWork() { continue }
+                    } catch where !Task.isCancelled {
+                        logger.error("cannot wait for pre-staging work", metadata: ["error": "\(error)"])
+                    } catch {}
+                    return
+                }
+                PrestageMetrics.claimed.increment()
+                events(.started(task))
+                let started = ContinuousClock.now
+                let outcome = await stageWithHeartbeat(task, worker: worker, downloads: downloads, events: events)
+                guard let sync, case .staged = outcome else {
+                    await record(task, worker: worker, outcome: outcome, started: started, events: events)
+                    continue
+                }
+                if outstanding > 0 {
+                    await pending.next()
+                    outstanding -= 1
+                }
+                outstanding += 1
+                pending.addTask {
+                    var synced = outcome
+                    do {
+                        try await sync.sync()
+                    } catch {
+                        synced = .failed((error as? CourierError) ?? CourierError(.io, "cannot sync the staging tree", cause: "\(error)"))
+                    }
+                    await record(task, worker: worker, outcome: synced, started: started, events: events)
                 }
             }
-            PrestageMetrics.taskDuration.record(duration: started.duration(to: .now))
-            switch outcome {
-            case .staged(let bytes, _):
-                PrestageMetrics.staged.increment()
-                PrestageMetrics.bytesFetched.increment(by: bytes)
-                events(.staged(task, bytesFetched: bytes))
-            case .failed(let failure):
-                PrestageMetrics.failed(failure.code).increment()
-                events(.failed(task, failure))
-                logger.debug("pre-staging failed", metadata: ["download-id": "\(task.downloadId)", "error": "\(failure)"])
+        }
+    }
+
+    /// Reports `outcome` (metrics, events) and records it in the queue.
+    private func record(
+        _ task: PrestageTask, worker: String, outcome: PrestageOutcome, started: ContinuousClock.Instant,
+        events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async {
+        PrestageMetrics.taskDuration.record(duration: started.duration(to: .now))
+        switch outcome {
+        case .staged(let bytes, _):
+            PrestageMetrics.staged.increment()
+            PrestageMetrics.bytesFetched.increment(by: bytes)
+            events(.staged(task, bytesFetched: bytes))
+        case .failed(let failure):
+            PrestageMetrics.failed(failure.code).increment()
+            events(.failed(task, failure))
+            logger.debug("pre-staging failed", metadata: ["download-id": "\(task.downloadId)", "error": "\(failure)"])
+        }
+        do {
+            // Recorded even when the run is being cancelled (an interrupted task is handed back).
+            let queue = self.queue
+            let recorded = try await Task { try await queue.complete(task, worker: worker, outcome: outcome) }.value
+            if !recorded {
+                PrestageMetrics.leasesLost.increment()
+                logger.notice(
+                    "lost the lease on a pre-staging task; the worker that took it over records its outcome",
+                    metadata: ["download-id": "\(task.downloadId)", "worker": "\(worker)"])
             }
-            do {
-                // Recorded even when the run is being cancelled (an interrupted task is handed back).
-                let queue = self.queue
-                let recorded = try await Task { try await queue.complete(task, worker: worker, outcome: outcome) }.value
-                if !recorded {
-                    PrestageMetrics.leasesLost.increment()
-                    logger.notice(
-                        "lost the lease on a pre-staging task; the worker that took it over records its outcome",
-                        metadata: ["download-id": "\(task.downloadId)", "worker": "\(worker)"])
-                }
-            } catch {
-                logger.error("cannot record pre-staging work", metadata: ["download-id": "\(task.downloadId)", "error": "\(error)"])
-            }
+        } catch {
+            logger.error("cannot record pre-staging work", metadata: ["download-id": "\(task.downloadId)", "error": "\(error)"])
         }
     }
 
