@@ -1,5 +1,6 @@
 import ArgumentParser
 import Courier
+import CourierServer
 import Foundation
 import Logging
 
@@ -75,10 +76,21 @@ struct GlobalOptions: ParsableArguments {
         return ProcessInfo.processInfo.environment["COURIER_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? fallback
     }
 
-    /// A logger on standard error at `logLevel(default:)`.
-    func logger(_ label: String, default fallback: Logger.Level) -> Logger {
+    /// A logger at `logLevel(default:)`: plain lines on standard error (the root command's
+    /// bootstrap). With `ndjson`, for a command whose logs belong to its output (`serve`), they
+    /// are NDJSON lines under --json.
+    func logger(_ label: String, default fallback: Logger.Level, ndjson: Bool = false) -> Logger {
         var logger = Logger(label: label)
+        if ndjson && json { logger = Logger(label: label) { NDJSONLogHandler(label: $0, descriptor: STDERR_FILENO) } }
         logger.logLevel = logLevel(default: fallback)
         return logger
+    }
+
+    /// `serve`'s access log: a line per request on standard output (NDJSON with --json). It is
+    /// the command's output, not a diagnostic, so -q, -v and COURIER_LOG leave it at info.
+    func accessLog(_ label: String) -> Logger {
+        Logger(label: label) { [json] label in
+            json ? NDJSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardOutput(label: label)
+        }
     }
 }

@@ -101,13 +101,8 @@ struct ServeCommand: AsyncParsableCommand {
             if let maxConnections { configuration.maxConnections = maxConnections }
             if let maxTokenAge { configuration.maxTokenAge = maxTokenAge }
             let json = global.json
-            var logger = Logger(label: "courier.origin") { label in
-                json ? NDJSONLogHandler(label: label, descriptor: STDERR_FILENO) as any LogHandler : StreamLogHandler.standardError(label: label)
-            }
-            logger.logLevel = .notice
-            let accessLog = Logger(label: "courier.access") { label in
-                json ? NDJSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardOutput(label: label)
-            }
+            let logger = global.logger("courier.origin", default: .notice, ndjson: true)
+            let accessLog = global.accessLog("courier.access")
             // swift-metrics is bootstrapped once per process, here, with a Prometheus registry that
             // GET /metrics reads; without --metrics-port nothing is counted.
             let registry = metricsPort != nil ? MetricsEndpoint.bootstrapPrometheus() : nil
