@@ -25,32 +25,4 @@ public struct PackageConfiguration: Sendable, Codable, Equatable {
     public var blockSize: Int = 1 << 20
 
     public init() {}
-
-    enum CodingKeys: String, CodingKey {
-        case maxUnpackedSize, maxEntryCount, maxCompressionRatio, ratioCheckMinimumSize, maxInfoPlistSize
-        case maxPathDepth, blockSize
-    }
-
-    public init(from decoder: any Decoder) throws {
-        self.init()
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        maxUnpackedSize = try c.decode(.maxUnpackedSize, or: maxUnpackedSize)
-        maxEntryCount = try c.decode(.maxEntryCount, or: maxEntryCount)
-        maxCompressionRatio = try c.decode(.maxCompressionRatio, or: maxCompressionRatio)
-        ratioCheckMinimumSize = try c.decode(.ratioCheckMinimumSize, or: ratioCheckMinimumSize)
-        maxInfoPlistSize = try c.decode(.maxInfoPlistSize, or: maxInfoPlistSize)
-        maxPathDepth = try c.decode(.maxPathDepth, or: maxPathDepth)
-        blockSize = try c.decode(.blockSize, or: blockSize)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(maxUnpackedSize, forKey: .maxUnpackedSize)
-        try c.encode(maxEntryCount, forKey: .maxEntryCount)
-        try c.encode(maxCompressionRatio, forKey: .maxCompressionRatio)
-        try c.encode(ratioCheckMinimumSize, forKey: .ratioCheckMinimumSize)
-        try c.encode(maxInfoPlistSize, forKey: .maxInfoPlistSize)
-        try c.encode(maxPathDepth, forKey: .maxPathDepth)
-        try c.encode(blockSize, forKey: .blockSize)
-    }
 }

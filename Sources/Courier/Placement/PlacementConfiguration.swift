@@ -27,21 +27,4 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
     enum CodingKeys: String, CodingKey {
         case purgeCaches, unpackedSizeFactor, syncBeforeRename, maxInterruptedInstalls
     }
-
-    public init(from decoder: any Decoder) throws {
-        self.init()
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        purgeCaches = try c.decode(.purgeCaches, or: purgeCaches)
-        unpackedSizeFactor = try c.decode(.unpackedSizeFactor, or: unpackedSizeFactor)
-        syncBeforeRename = try c.decode(.syncBeforeRename, or: syncBeforeRename)
-        maxInterruptedInstalls = try c.decode(.maxInterruptedInstalls, or: maxInterruptedInstalls)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(purgeCaches, forKey: .purgeCaches)
-        try c.encode(unpackedSizeFactor, forKey: .unpackedSizeFactor)
-        try c.encode(syncBeforeRename, forKey: .syncBeforeRename)
-        try c.encode(maxInterruptedInstalls, forKey: .maxInterruptedInstalls)
-    }
 }

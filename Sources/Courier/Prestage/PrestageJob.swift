@@ -79,7 +79,7 @@ public struct PrestageConfiguration: Sendable, Codable, Equatable {
     public var leaseSeconds: Double
     /// The prefix of this process's worker names (`<prefix>-<n>`); unique per process when many
     /// processes share a queue. Default `worker`. Not read from the configuration file.
-    public var workerName: String
+    public var workerName: String = "worker"
 
     public init(
         jobs: Int = 8, unlistedGrace: TimeInterval = 86_400, queue: String? = nil, leaseSeconds: Double = 120,
@@ -94,16 +94,6 @@ public struct PrestageConfiguration: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case jobs, unlistedGrace, queue, leaseSeconds
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        let defaults = PrestageConfiguration()
-        jobs = try container.decodeIfPresent(Int.self, forKey: .jobs) ?? defaults.jobs
-        unlistedGrace = try container.decodeIfPresent(TimeInterval.self, forKey: .unlistedGrace) ?? defaults.unlistedGrace
-        queue = try container.decodeIfPresent(String.self, forKey: .queue)
-        leaseSeconds = try container.decodeIfPresent(Double.self, forKey: .leaseSeconds) ?? defaults.leaseSeconds
-        workerName = defaults.workerName
     }
 }
 

@@ -38,18 +38,8 @@ public struct QueueConfiguration: Sendable, Codable, Equatable {
         case progressInterval, autoFinish, finishWebhook, autoUpdate, catalogCheckInterval
     }
 
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        let d = QueueConfiguration()
-        maxConcurrentDownloads = try c.decode(.maxConcurrentDownloads, or: d.maxConcurrentDownloads)
-        maxConcurrentInstalls = try c.decode(.maxConcurrentInstalls, or: d.maxConcurrentInstalls)
-        leaseDuration = try c.decode(.leaseDuration, or: d.leaseDuration)
-        heartbeatInterval = try c.decode(.heartbeatInterval, or: d.heartbeatInterval)
-        progressInterval = try c.decode(.progressInterval, or: d.progressInterval)
-        autoFinish = try c.decode(.autoFinish, or: d.autoFinish)
-        finishWebhook = try c.decodeIfPresent(String.self, forKey: .finishWebhook)
-        autoUpdate = try c.decode(.autoUpdate, or: d.autoUpdate)
-        catalogCheckInterval = try c.decode(.catalogCheckInterval, or: d.catalogCheckInterval)
+    /// Refuses settings the queue cannot run with (`CourierConfiguration.decode` asks).
+    func validate() throws {
         guard catalogCheckInterval > 0 else { throw CourierError(.usage, "queue: catalogCheckInterval must be positive") }
         guard maxConcurrentDownloads > 0, maxConcurrentInstalls > 0, leaseDuration > 0, heartbeatInterval > 0,
             heartbeatInterval < leaseDuration

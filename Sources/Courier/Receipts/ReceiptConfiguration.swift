@@ -71,18 +71,6 @@ public struct ReceiptConfiguration: Sendable, Codable, Equatable {
             case productionURL, sandboxURL, sharedSecret, excludeOldTransactions, retries, retryDelay, timeout
         }
 
-        public init(from decoder: any Decoder) throws {
-            let c = try decoder.container(keyedBy: CodingKeys.self)
-            let defaults = VerifyReceipt()
-            productionURL = try c.decode(.productionURL, or: defaults.productionURL)
-            sandboxURL = try c.decode(.sandboxURL, or: defaults.sandboxURL)
-            sharedSecret = try c.decodeIfPresent(String.self, forKey: .sharedSecret)
-            excludeOldTransactions = try c.decode(.excludeOldTransactions, or: defaults.excludeOldTransactions)
-            retries = try c.decode(.retries, or: defaults.retries)
-            retryDelay = try c.decode(.retryDelay, or: defaults.retryDelay)
-            timeout = try c.decode(.timeout, or: defaults.timeout)
-        }
-
         /// Encodes everything but the shared secret, which stays out of any file Courier writes.
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
@@ -120,16 +108,6 @@ public struct ReceiptConfiguration: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case trustRoots, bundleId, environments, clockSkew, verifyReceipt
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        let defaults = ReceiptConfiguration()
-        trustRoots = try c.decode(.trustRoots, or: defaults.trustRoots)
-        bundleId = try c.decode(.bundleId, or: defaults.bundleId)
-        environments = try c.decode(.environments, or: defaults.environments)
-        clockSkew = try c.decode(.clockSkew, or: defaults.clockSkew)
-        verifyReceipt = try c.decode(.verifyReceipt, or: defaults.verifyReceipt)
     }
 
     public func encode(to encoder: any Encoder) throws {

@@ -50,17 +50,33 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         case catalog, transfer, receipts, packages, placement, queue, prestage
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        let defaults = CourierConfiguration()
-        catalog = try container.decodeIfPresent(String.self, forKey: .catalog)
-        transfer = try container.decode(.transfer, or: defaults.transfer)
-        receipts = try container.decode(.receipts, or: defaults.receipts)
-        packages = try container.decode(.packages, or: defaults.packages)
-        placement = try container.decode(.placement, or: defaults.placement)
-        queue = try container.decode(.queue, or: defaults.queue)
-        prestage = try container.decode(.prestage, or: defaults.prestage)
-        shareTransferSettings()
+    /// Decodes a configuration file's JSON, the one way a configuration is read (the sections'
+    /// `Decodable` wants every key): the file is laid over the defaults written out, so a key it
+    /// leaves out (or sets to null) keeps its default; then `queue` and `placement` take the
+    /// transfer's settings and the queue's are checked.
+    public static func decode(_ data: Data) throws -> CourierConfiguration {
+        guard let file = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            _ = try JSONDecoder().decode(CourierConfiguration.self, from: data)  // says what is wrong
+            throw CourierError(.usage, "a configuration is a JSON object")
+        }
+        let defaults = try JSONSerialization.jsonObject(with: JSONEncoder().encode(CourierConfiguration())) as? [String: Any]
+        let layered = try JSONSerialization.data(withJSONObject: layer(file, over: defaults ?? [:]))
+        var configuration = try JSONDecoder().decode(CourierConfiguration.self, from: layered)
+        configuration.shareTransferSettings()
+        try configuration.queue.validate()
+        return configuration
+    }
+
+    /// `file` over `defaults`, object by object; a null in the file leaves the default.
+    private static func layer(_ file: [String: Any], over defaults: [String: Any]) -> [String: Any] {
+        file.reduce(into: defaults) { result, entry in
+            if entry.value is NSNull { return }
+            if let object = entry.value as? [String: Any], let base = defaults[entry.key] as? [String: Any] {
+                result[entry.key] = layer(object, over: base)
+            } else {
+                result[entry.key] = entry.value
+            }
+        }
     }
 
     /// The default configuration file: `COURIER_CONFIG`, else `./Config/courier.json` when it
@@ -93,7 +109,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         }
         var configuration: CourierConfiguration
         do {
-            configuration = try JSONDecoder().decode(CourierConfiguration.self, from: data)
+            configuration = try decode(data)
         } catch {
             throw CourierError(.usage, "the configuration \(file.path) is not valid", cause: Self.describe(error))
         }
@@ -155,7 +171,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
 
     private static func decodes(_ object: [String: Any]) -> Bool {
         guard let data = try? JSONSerialization.data(withJSONObject: object) else { return false }
-        return (try? JSONDecoder().decode(CourierConfiguration.self, from: data)) != nil
+        return (try? decode(data)) != nil
     }
 
     private static func replacing(_ path: [String], in object: [String: Any], with value: Any) -> [String: Any] {

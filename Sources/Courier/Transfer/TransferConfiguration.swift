@@ -30,28 +30,4 @@ public struct TransferConfiguration: Sendable, Codable, Equatable {
     public var receiveBufferSize: Int = 512 << 10
 
     public init() {}
-
-    enum CodingKeys: String, CodingKey {
-        case maxConcurrentTransfers, maxTransfersPerHost, connectTimeout, stallTimeout, maxRetries
-        case initialBackoff, maxBackoff, maxRedirects, diskReserve, allowInsecureHTTP
-        case checkpointInterval, checkpointBytes, receiveBufferSize
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        let d = TransferConfiguration()
-        maxConcurrentTransfers = try c.decode(.maxConcurrentTransfers, or: d.maxConcurrentTransfers)
-        maxTransfersPerHost = try c.decode(.maxTransfersPerHost, or: d.maxTransfersPerHost)
-        connectTimeout = try c.decode(.connectTimeout, or: d.connectTimeout)
-        stallTimeout = try c.decode(.stallTimeout, or: d.stallTimeout)
-        maxRetries = try c.decode(.maxRetries, or: d.maxRetries)
-        initialBackoff = try c.decode(.initialBackoff, or: d.initialBackoff)
-        maxBackoff = try c.decode(.maxBackoff, or: d.maxBackoff)
-        maxRedirects = try c.decode(.maxRedirects, or: d.maxRedirects)
-        diskReserve = try c.decode(.diskReserve, or: d.diskReserve)
-        allowInsecureHTTP = try c.decode(.allowInsecureHTTP, or: d.allowInsecureHTTP)
-        checkpointInterval = try c.decode(.checkpointInterval, or: d.checkpointInterval)
-        checkpointBytes = try c.decode(.checkpointBytes, or: d.checkpointBytes)
-        receiveBufferSize = try c.decode(.receiveBufferSize, or: d.receiveBufferSize)
-    }
 }

@@ -79,8 +79,8 @@ struct UpdateQueueTests {
         let catalog = folder.appending("catalog.json")
         try Catalog(bundleId: "com.example.app", products: []).encoded().write(to: catalog)
         for enabled in [false, true] {
-            var configuration = try JSONDecoder().decode(
-                CourierConfiguration.self, from: Data(#"{"queue": {"autoUpdate": \#(enabled), "catalogCheckInterval": 0.5}}"#.utf8))
+            var configuration = try CourierConfiguration.decode(
+                Data(#"{"queue": {"autoUpdate": \#(enabled), "catalogCheckInterval": 0.5}}"#.utf8))
             #expect(configuration.queue.autoUpdate == enabled && configuration.queue.catalogCheckInterval == 0.5)
             configuration.catalog = catalog.path
             let client = try CourierClient(
@@ -90,7 +90,7 @@ struct UpdateQueueTests {
             #expect((checked != nil) == enabled)
         }
         #expect(throws: (any Error).self) {
-            try JSONDecoder().decode(CourierConfiguration.self, from: Data(#"{"queue": {"catalogCheckInterval": 0}}"#.utf8))
+            try CourierConfiguration.decode(Data(#"{"queue": {"catalogCheckInterval": 0}}"#.utf8))
         }
     }
 }

@@ -392,7 +392,7 @@ struct ReceiptValidatorFileTests {
     @Test("Sandbox is accepted only when asked for: the default is Production only")
     func productionOnlyByDefault() async throws {
         #expect(ReceiptConfiguration().environments == ["Production"])
-        #expect(try JSONDecoder().decode(ReceiptConfiguration.self, from: Data("{}".utf8)).environments == ["Production"])
+        #expect(try CourierConfiguration.decode(Data(#"{"receipts": {}}"#.utf8)).receipts.environments == ["Production"])
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
         let chain = try TestSigningChain()
