@@ -37,7 +37,7 @@ public struct PublishedCatalog: Sendable {
     /// Decodes `data` and indexes its relative package URLs against `/catalog.json`.
     public init(data: Data) throws {
         self.data = data
-        self.etag = "\"" + SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() + "\""
+        self.etag = "\"" + SHA256.hash(data: data).hex + "\""
         self.catalog = try Catalog.decode(data)
         var index: [String: ServedContent] = [:]
         let base = URL(string: "http://origin.invalid/catalog.json")

@@ -61,7 +61,7 @@ public struct CatalogLoader: Sendable {
     /// The cache entry for `url`: the body file and the validators file.
     public func cacheFiles(for url: URL) -> (body: URL, validators: URL)? {
         guard let cacheDirectory else { return nil }
-        let key = SHA256.hash(data: Data(url.absoluteString.utf8)).map { String(format: "%02x", $0) }.joined()
+        let key = SHA256.hash(data: Data(url.absoluteString.utf8)).hex
         return (
             cacheDirectory.appendingPathComponent("\(key).json"),
             cacheDirectory.appendingPathComponent("\(key).validators.json")

@@ -204,7 +204,7 @@ public struct DeltaUpdater: Sendable {
         let linker = configuration.linker
         let limits = placer.packages
         let placer = self.placer
-        let build = try await Self.blocking { () -> (DeliveredContent, linked: Int, reflinked: Int, fetchedLinked: Int) in
+        let build = try await BlockingWorkerPool.detached { () -> (DeliveredContent, linked: Int, reflinked: Int, fetchedLinked: Int) in
             var counts = (linked: 0, reflinked: 0, fetchedLinked: 0)
             // The work folder goes once the new version is placed: its entries may be linked into it.
             let content = try placer.installBuilt(
@@ -254,7 +254,7 @@ public struct DeltaUpdater: Sendable {
         if let length = target.manifestLength, Int64(response.body.count) != length {
             throw Fallback("the manifest is \(response.body.count) bytes, not the catalog's \(length)")
         }
-        guard PackageManifest.hex(SHA256.hash(data: response.body)) == target.manifestSHA256 else {
+        guard SHA256.hash(data: response.body).hex == target.manifestSHA256 else {
             throw Fallback("the manifest's SHA-256 is not the catalog's")
         }
         let manifest: PackageManifest
@@ -364,7 +364,7 @@ public struct DeltaUpdater: Sendable {
     private func verify(_ assembler: EntryAssembler, store: DeltaEntryStore) async throws -> Set<String> {
         let complete = assembler.completeEntries
         let limits = placer.packages
-        return try await Self.blocking {
+        return try await BlockingWorkerPool.detached {
             var done = Set<String>()
             for entry in complete {
                 do {
@@ -381,15 +381,6 @@ public struct DeltaUpdater: Sendable {
 
     static func seconds(_ duration: Duration) -> String {
         String(format: "%.3f", Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
-    }
-
-    /// Blocking work (hashing, unpacking, copying) on a Dispatch thread, never on Swift's cooperative pool.
-    static func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global(qos: .utility).async {
-                continuation.resume(with: Result { try body() })
-            }
-        }
     }
 }
 
@@ -549,7 +540,7 @@ struct DeltaEntryStore: Sendable {
             throw CourierError(.integrity, "\(entry.path.debugDescription) unpacks to \(written) bytes, not \(entry.size)")
         }
         guard crc.value == entry.crc32 else { throw CourierError(.integrity, "the CRC-32 of \(entry.path.debugDescription) is wrong") }
-        guard PackageManifest.hex(hasher.finalize()) == entry.sha256 else {
+        guard hasher.finalize().hex == entry.sha256 else {
             throw CourierError(.integrity, "the SHA-256 of \(entry.path.debugDescription) is not the manifest's")
         }
         guard fsync(fd) == 0 else { throw CourierError.posix("fsync", path: partial.path) }

@@ -116,7 +116,7 @@ public enum PackageBuilder {
         let plist = info.xml()
         try header(ContentInfo.fileName, type: EntryRules.regularFile, permissions: 0o644, size: Int64(plist.count))
         try plist.withUnsafeBytes { try data($0, ContentInfo.fileName) }
-        digests[ContentInfo.fileName] = PackageManifest.hex(SHA256.hash(data: plist))
+        digests[ContentInfo.fileName] = SHA256.hash(data: plist).hex
         for (name, source) in entries {
             guard let source else {
                 try header(name, type: EntryRules.directory, permissions: 0o755, size: 0)
@@ -148,7 +148,7 @@ public enum PackageBuilder {
             guard total == Int64(info.st_size) else {
                 throw CourierError(.io, "\(source.path) shrank while it was being packed")
             }
-            digests[name] = PackageManifest.hex(hasher.finalize())
+            digests[name] = hasher.finalize().hex
         }
         try check(archive_write_close(archive), "close")
         return digests

@@ -228,7 +228,7 @@ private final class Extraction {
                 info = try ContentInfo.parse(data)
                 files.append(
                     ExtractedFile(
-                        path: ContentInfo.fileName, size: Int64(data.count), sha256: PackageManifest.hex(SHA256.hash(data: data))))
+                        path: ContentInfo.fileName, size: Int64(data.count), sha256: SHA256.hash(data: data).hex))
             } else {
                 let (size, digest) = try stream(into: fd, name: name, declaredSize: entry.size)
                 files.append(ExtractedFile(path: components.joined(separator: "/"), size: size, sha256: digest))
@@ -274,7 +274,7 @@ private final class Extraction {
                 done += n
             }
         }
-        return (size, contiguous && hashed == size ? PackageManifest.hex(hasher.finalize()) : nil)
+        return (size, contiguous && hashed == size ? hasher.finalize().hex : nil)
     }
 
     private func write(_ fd: Int32, data: Data, name: String) throws {

@@ -66,6 +66,6 @@ final class PackageHasher: @unchecked Sendable {  // @unchecked: `result` and `c
             if n == 0 { break }
             hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
         }
-        return .success(hasher.finalize().map { String(format: "%02x", $0) }.joined())
+        return .success(hasher.finalize().hex)
     }
 }

@@ -227,7 +227,7 @@ public struct PackageManifest: Sendable, Codable, Equatable {
                 }
                 var hasher = SHA256()
                 try reader.readData { _, bytes in hasher.update(bufferPointer: bytes) }
-                digests[name] = Self.hex(hasher.finalize())
+                digests[name] = hasher.finalize().hex
             }
         }
         let sorted = directory.entries.sorted { $0.localHeaderOffset < $1.localHeaderOffset }
@@ -277,20 +277,6 @@ public struct PackageManifest: Sendable, Codable, Equatable {
             unlink(temporary.path)
             throw error
         }
-    }
-}
-
-extension PackageManifest {
-    /// Lowercase hex of a digest.
-    static func hex(_ digest: SHA256.Digest) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text = [UInt8]()
-        text.reserveCapacity(64)
-        for byte in digest {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: text, as: UTF8.self)
     }
 }
 

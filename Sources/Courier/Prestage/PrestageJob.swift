@@ -376,7 +376,9 @@ public struct PrestageJob: Sendable {
     ) async throws -> (Int64, Int64?) {
         let file = downloads.appendingPathComponent("\(task.downloadId).zip")
         var fetched: Int64 = 0
-        if !(try await Self.blocking { try Self.isVerified(file, task: task) }) {
+        // A verified file left by a run interrupted between the fetch and the publication is kept.
+        let (length, sha256) = (task.content.length, task.content.sha256)
+        if !(try await BlockingWorkerPool.detached { Durable.matches(file, length: length, sha256: sha256) }) {
             try? FileManager.default.removeItem(at: file)
             fetched = try await fetcher.fetch(task, to: file, workDirectory: downloads) { received in
                 events(.progress(task, received: received))
@@ -387,7 +389,7 @@ public struct PrestageJob: Sendable {
         // One blocking step: the check builds the manifest in its pass over the package, and the
         // manifest and the package are published together, unsynced (the catalog publish, or a
         // shared queue's group sync, makes them durable).
-        let unpacked: Int64? = try await Self.blocking {
+        let unpacked: Int64? = try await BlockingWorkerPool.detached {
             let checked: (unpackedLength: Int64?, manifest: PackageManifest?)
             do {
                 checked = try checker.checkAndDescribe(file, task: task)
@@ -400,22 +402,6 @@ public struct PrestageJob: Sendable {
             return checked.unpackedLength
         }
         return (fetched, unpacked)
-    }
-
-    /// Hashing, inspecting and fsync run on Dispatch threads, never on Swift's cooperative pool;
-    /// at most one per worker, so `jobs` bounds them.
-    static func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global(qos: .utility).async {
-                continuation.resume(with: Result { try body() })
-            }
-        }
-    }
-
-    /// Whether `file` exists with the task's length and SHA-256 (left by a run interrupted
-    /// between the fetch and the publication).
-    static func isVerified(_ file: URL, task: PrestageTask) throws -> Bool {
-        Durable.matches(file, length: task.content.length, sha256: task.content.sha256)
     }
 }
 

@@ -55,7 +55,7 @@ enum PrestageManifests {
             guard content.url.hasSuffix(".zip"), !content.url.contains("://") else { return content }
             let path = path(besidePackage: content.url)
             guard let data = try? tree.publishedFile(at: path), data.count <= PackageManifest.maxDocumentSize else { return content }
-            let digest = PackageManifest.hex(SHA256.hash(data: data))
+            let digest = SHA256.hash(data: data).hex
             let named = known["\(content.url)\n\(content.sha256.lowercased())"]
             if named?.url != path || named?.sha256 != digest {
                 guard let manifest = try? PackageManifest.decode(data), manifest.package.sha256 == content.sha256.lowercased(),

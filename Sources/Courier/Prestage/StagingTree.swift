@@ -206,25 +206,9 @@ extension Catalog {
 enum Durable {
     /// Whether `file` has exactly `length` bytes whose SHA-256 is `sha256` (hex, any case).
     static func matches(_ file: URL, length: Int64, sha256: String) -> Bool {
-        let fd = open(file.path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
         var status = stat()
-        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG, Int64(status.st_size) == length else { return false }
-        var hasher = SHA256()
-        var buffer = [UInt8](repeating: 0, count: Int(min(max(length, 1), 1 << 20)))
-        var total: Int64 = 0
-        while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return false }
-            if count == 0 { break }
-            total += Int64(count)
-            if total > length { return false }
-            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-        }
-        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
-        return total == length && digest == sha256.lowercased()
+        guard stat(file.path, &status) == 0, status.st_mode & S_IFMT == S_IFREG, Int64(status.st_size) == length else { return false }
+        return (try? PackageHasher.hash(file, blockSize: 1 << 20).get()) == sha256.lowercased()
     }
 
     static func fsync(_ file: URL) throws {

@@ -340,11 +340,7 @@ public final class DeliveryPipeline: Sendable {
 
     /// The package file of `record` if an earlier run left it complete and verified at `file`.
     static func verifiedPackage(at file: URL, for record: DownloadRecord) -> URL? {
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: file.path),
-            (attributes[.size] as? NSNumber)?.int64Value == record.length,
-            let digest = try? FileDigest.sha256Hex(of: file), digest == record.sha256
-        else { return nil }
-        return file
+        Durable.matches(file, length: record.length, sha256: record.sha256) ? file : nil
     }
 
     private func notifyFinished(_ transaction: TransactionRecord) async {

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// A transaction's state, with StoreKit's names (DESIGN.md, "States").
@@ -200,7 +201,7 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     /// The stable id of the download of `contentIdentifier` for `transactionId`: 16 hex digits of
     /// their SHA-256, so adding the same transaction twice names the same download.
     public static func makeId(transactionId: String, contentIdentifier: String) -> String {
-        QueueDigest.hex(of: transactionId + "\n" + contentIdentifier).prefix(16).description
+        SHA256.hash(data: Data((transactionId + "\n" + contentIdentifier).utf8)).hex.prefix(16).description
     }
 }
 

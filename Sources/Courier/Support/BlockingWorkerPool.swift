@@ -27,6 +27,19 @@ public final class BlockingWorkerPool: Sendable {
     }
 }
 
+extension BlockingWorkerPool {
+    /// Runs `body` on a Dispatch thread, never on Swift's cooperative pool, for callers that bound
+    /// their own blocking work (hashing, checking, building): one step per prestage worker, one
+    /// per delta update.
+    static func detached<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .utility).async {
+                continuation.resume(with: Result { try body() })
+            }
+        }
+    }
+}
+
 /// The transfer engine's disk workers: a fixed set of serial queues handed out in turn, so each
 /// transfer's writes stay in order on one queue and at most `count` threads hash and fsync.
 final class WorkerPool: Sendable {

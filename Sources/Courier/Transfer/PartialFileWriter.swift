@@ -276,7 +276,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             guard fdatasync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
             durableOffset = writtenOffset
         }
-        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        let digest = hasher.finalize().hex
         progress.finish(bytes: writtenOffset)
         return (writtenOffset, digest)
     }

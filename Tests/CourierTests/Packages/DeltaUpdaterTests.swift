@@ -78,7 +78,7 @@ struct DeltaUpdaterTests {
                 contentIdentifier: DeltaUpdaterTests.product, productId: DeltaUpdaterTests.product, version: version,
                 placement: .documents, packageURL: base("\(name).zip"), packageSHA256: info.sha256,
                 packageLength: info.packedSize, manifestURL: base(manifestFile.lastPathComponent),
-                manifestSHA256: PackageManifest.hex(SHA256.hash(data: manifest)), manifestLength: Int64(manifest.count),
+                manifestSHA256: SHA256.hash(data: manifest).hex, manifestLength: Int64(manifest.count),
                 workDirectory: DeltaUpdater.workDirectory(in: layout, contentIdentifier: DeltaUpdaterTests.product, packageSHA256: info.sha256))
         }
 

@@ -40,7 +40,7 @@ struct PackageManifestTests {
         let bytes = [UInt8](try Data(contentsOf: zip))
         for (path, data) in files {
             let entry = try #require(manifest.files["Contents/" + path])
-            #expect(entry.sha256 == PackageManifest.hex(SHA256.hash(data: data)))
+            #expect(entry.sha256 == SHA256.hash(data: data).hex)
             #expect(entry.size == Int64(data.count))
             let range = try #require(entry.range)
             #expect(Array(bytes[Int(range.lowerBound)..<Int(range.lowerBound) + 4]) == [0x50, 0x4B, 0x03, 0x04])
@@ -99,7 +99,7 @@ struct PackageManifestTests {
         let manifest = try #require(catalog.products[0].content?.manifest)
         #expect(manifest.url == "packages/\(Self.product)/\(info.sha256).manifest.json")
         let published = try Data(contentsOf: directory.appending("tree").appendingPathComponent(manifest.url))
-        #expect(manifest.sha256 == PackageManifest.hex(SHA256.hash(data: published)))
+        #expect(manifest.sha256 == SHA256.hash(data: published).hex)
         #expect(manifest.length == Int64(published.count))
         // The catalog round-trips with the field, and an old catalog without it still decodes.
         #expect(try Catalog.decode(catalog.encoded()) == catalog)
@@ -128,7 +128,7 @@ struct PackageManifestTests {
             let link = try #require(content.manifest, "\(product.productId) has no manifest")
             #expect(link.url == content.url.replacingOccurrences(of: ".zip", with: ".manifest.json"))
             let data = try Data(contentsOf: dest.url.appendingPathComponent(link.url))
-            #expect(link.sha256 == PackageManifest.hex(SHA256.hash(data: data)) && link.length == Int64(data.count))
+            #expect(link.sha256 == SHA256.hash(data: data).hex && link.length == Int64(data.count))
             let manifest = try PackageManifest.decode(data)
             #expect(manifest.package.sha256 == content.sha256 && manifest.package.length == content.length)
             #expect(manifest.files["Contents/data.bin"]?.size == 30_000)
@@ -151,7 +151,7 @@ struct PackageManifestTests {
         #expect(records.map(\.path) == ["ContentInfo.plist", "Contents/a.txt", "Contents/deep/b.bin"])
         for (path, data) in files {
             let record = try #require(records.first { $0.path == "Contents/" + path })
-            #expect(record.sha256 == PackageManifest.hex(SHA256.hash(data: data)))
+            #expect(record.sha256 == SHA256.hash(data: data).hex)
             var status = stat()
             #expect(lstat(content.url.appendingPathComponent(record.path).path, &status) == 0)
             #expect(record.isUnchanged(status))
