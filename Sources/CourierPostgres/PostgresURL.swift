@@ -120,12 +120,6 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    /// Whether `text` starts like a PostgreSQL URL (`postgresql://` or `postgres://`).
-    public static func looksLikePostgres(_ text: String) -> Bool {
-        let lower = text.lowercased()
-        return lower.hasPrefix("postgresql://") || lower.hasPrefix("postgres://")
-    }
-
     /// The URL without its password.
     public var description: String {
         let hostText = host.contains(":") ? "[\(host)]" : host

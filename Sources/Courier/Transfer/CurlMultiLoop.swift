@@ -138,7 +138,6 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and 
     private let lock = NSLock()
     private var commands: [Command] = []
     private var stopped = false
-    private var finishedThread = false
     private let threadExited = DispatchSemaphore(value: 0)
     /// Jobs on the multi handle, keyed by their easy handle (loop thread only).
     private var jobs: [UnsafeMutableRawPointer: CurlJob] = [:]
