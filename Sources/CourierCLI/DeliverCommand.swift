@@ -115,7 +115,9 @@ extension CourierClient {
             if !short.isEmpty {
                 output.info("courier: paused for disk space: \(short.map(\.contentIdentifier).joined(separator: ", "))")
             }
-            for download in summary.unfinished where download.errorCode != .insufficientSpace {
+            let failuresSaid = view.failuresSaid
+            for download in summary.unfinished
+            where download.errorCode != .insufficientSpace && !failuresSaid.contains(download.id) {
                 let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
                 let next = download.state == .cancelled ? "; queue it again with: courier resume \(download.id)" : ""
                 output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)\(next)")

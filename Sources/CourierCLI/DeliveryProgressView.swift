@@ -18,6 +18,8 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         var window = RateWindow()
         /// The downloads whose "delivered" line was printed.
         var announced: Set<String> = []
+        /// Another process's downloads whose failure was said when it happened.
+        var failuresSaid: Set<String> = []
         /// Set by `finish`: nothing more is drawn.
         var closed = false
     }
@@ -52,10 +54,22 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         state.withLock { $0.announced }
     }
 
+    /// Another process's downloads whose failure this view said (the caller says the others).
+    var failuresSaid: Set<String> {
+        state.withLock { $0.failuresSaid }
+    }
+
     private static var now: Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord]) {
-        for record in downloads { show(record) }
+        for record in downloads { show(record, owner: nil) }
+    }
+
+    /// Another process's downloads, as it records and writes them: shown as this process's
+    /// are, marked with their owner (`owner` in --json events; "(by another process)" after a
+    /// delivered line).
+    func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord], workedBy owner: LeaseOwner) {
+        for record in downloads { show(record, owner: owner) }
     }
 
     func paymentQueue(_ queue: PaymentQueue, updatedTransactions transactions: [TransactionRecord]) {
@@ -84,7 +98,7 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         }
     }
 
-    private func show(_ record: DownloadRecord) {
+    private func show(_ record: DownloadRecord, owner: LeaseOwner?) {
         if output.json {
             var event: [String: Any] = [
                 "event": "download", "downloadId": record.id, "transactionId": record.transactionId, "contentIdentifier": record.contentIdentifier,
@@ -95,16 +109,23 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
             if let code = record.errorCode { event["error"] = ["code": code.rawValue, "message": record.errorMessage ?? ""] }
             if let url = record.contentURL { event["contentPath"] = url.path }
             if let from = record.updateFrom { event["fromVersion"] = from }
+            if let owner { event["owner"] = "\(owner.pid)@\(owner.host)" }
             output.emit(event)
             return
         }
         // Said when it happens, on a terminal or not.
         if record.state == .finished, let url = record.contentURL, state.withLock({ $0.announced.insert(record.id).inserted }) {
+            let by = owner == nil ? "" : " (by another process)"
             if let from = record.updateFrom {
-                output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)")
+                output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)\(by)")
             } else {
-                output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)")
+                output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)\(by)")
             }
+        }
+        // Another process's failure, when it happens (this run ends with it, unfinished).
+        if record.state == .failed, owner != nil, state.withLock({ $0.failuresSaid.insert(record.id).inserted }) {
+            let reason = record.errorMessage.map { ": \($0)" } ?? ""
+            output.info("courier: \(record.contentIdentifier) failed\(reason) (by another process)")
         }
         guard output.stderrIsTerminal else { return }
         state.withLock { state in

@@ -149,8 +149,9 @@ public final class CourierClient: Sendable {
     /// stands. With `retryStopped`, its paused and failed downloads wait again first. `observer`
     /// hears every queue event of the run (not the retries), and has heard them all when this
     /// returns or throws. Downloads of `scope` another live process works are waited for (and
-    /// taken over if it dies): `observer` is told who works them, then hears their changes as
-    /// that process records them (`followInterval`). Cancelling the calling task checkpoints
+    /// taken over if it dies): `observer` is told who works them, then hears their changes with
+    /// their owner (`updatedDownloads(_:workedBy:)`), as that process records them and writes
+    /// their partial files, read every `followInterval` s. Cancelling the calling task checkpoints
     /// active downloads and pauses them as `interrupted`.
     public func deliver(
         scope: DeliveryScope,
@@ -191,12 +192,15 @@ public final class CourierClient: Sendable {
     }
 
     /// Reports to `observer` the downloads of `scope` another live process works: its owner once,
-    /// then each change of their records (read every `interval` seconds, as that process
-    /// checkpoints them, and once more when cancelled: the state the run ended on) until this
-    /// process holds one.
+    /// then each change of their records with that owner (read every `interval` seconds, and once
+    /// more when cancelled: the state the run ended on) until this process holds one. The bytes
+    /// of an active one are its partial file's length when that is ahead of the record (the
+    /// owner writes the file continuously, its record every `queue.progressInterval`).
     private func followOtherOwners(scope: DeliveryScope, observer: any PaymentQueueObserver, interval: Double) async {
         let queue = self.queue
         var shown: [String: DownloadRecord] = [:]
+        /// The owner each followed download was last seen leased to.
+        var ownerOf: [String: LeaseOwner] = [:]
         var owners: Set<String> = []
         func poll() {
             let seen = try? queue.workedElsewhere(scope: scope, following: Array(shown.keys))
@@ -205,12 +209,37 @@ public final class CourierClient: Sendable {
                 let (downloads, owner) = (group.map(\.download), group[0].owner)
                 queue.events.deliver { observer.paymentQueue(queue, downloads: downloads, workedBy: owner) }
             }
-            let current = Dictionary((followed + held.map { $0.download }).map { ($0.id, $0) }) { _, held in held }
+            for (download, owner) in held { ownerOf[download.id] = owner }
+            let records = (followed + held.map { $0.download }).map { ($0.id, Self.withPartialLength($0)) }
+            let current = Dictionary(records) { _, held in held }
+            ownerOf = ownerOf.filter { current[$0.key] != nil }
             let changed = current.values.filter { shown[$0.id] != $0 }.sorted { $0.id < $1.id }
             shown = current
-            if !changed.isEmpty { queue.events.deliver { observer.paymentQueue(queue, updatedDownloads: changed) } }
+            for group in Dictionary(grouping: changed, by: { ownerOf[$0.id]?.token }).values {
+                if let owner = ownerOf[group[0].id] {
+                    queue.events.deliver { observer.paymentQueue(queue, updatedDownloads: group, workedBy: owner) }
+                } else {
+                    queue.events.deliver { observer.paymentQueue(queue, updatedDownloads: group) }
+                }
+            }
         }
         repeat { poll() } while (try? await Task.sleep(nanoseconds: UInt64(interval * 1e9))) != nil
         poll()
+    }
+
+    /// `record` with the bytes its owner has written to the partial file so far, when it is an
+    /// active download (not an update, whose file holds changed entries) and the file is ahead
+    /// of the record; its progress and time remaining follow (at the owner's recorded rate).
+    static func withPartialLength(_ record: DownloadRecord) -> DownloadRecord {
+        guard record.state == .active, !record.isUpdate, record.length > 0,
+            let size = (try? FileManager.default.attributesOfItem(atPath: record.partialPath))?[.size] as? NSNumber
+        else { return record }
+        let bytes = min(record.length, size.int64Value)
+        guard bytes > record.bytesReceived else { return record }
+        var record = record
+        record.bytesReceived = bytes
+        record.progress = Double(bytes) / Double(record.length)
+        if record.rate > 0 { record.timeRemaining = Double(record.length - bytes) / record.rate }
+        return record
     }
 }

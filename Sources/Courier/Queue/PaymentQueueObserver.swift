@@ -11,9 +11,12 @@ public protocol PaymentQueueObserver: AnyObject, Sendable {
     func paymentQueueRestoreCompletedTransactionsFinished(_ queue: PaymentQueue, productIds: [String])
     func paymentQueue(_ queue: PaymentQueue, restoreCompletedTransactionsFailedWithError error: CourierError)
     /// Downloads of a foreground run (`CourierClient.deliver`) that another live process works:
-    /// said once per owner, when first seen. Their later changes arrive as `updatedDownloads`,
-    /// read from the store.
+    /// said once per owner, when first seen. Their later changes arrive as
+    /// `updatedDownloads(_:workedBy:)`, read from the store.
     func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner)
+    /// Changes of downloads another live process (`owner`) works, read from the store by a
+    /// foreground run that follows it. Default: `updatedDownloads`.
+    func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord], workedBy owner: LeaseOwner)
 }
 
 extension PaymentQueueObserver {
@@ -23,6 +26,11 @@ extension PaymentQueueObserver {
     public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: PaymentQueue, productIds: [String]) {}
     public func paymentQueue(_ queue: PaymentQueue, restoreCompletedTransactionsFailedWithError error: CourierError) {}
     public func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner) {}
+    public func paymentQueue(
+        _ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord], workedBy owner: LeaseOwner
+    ) {
+        paymentQueue(queue, updatedDownloads: downloads)
+    }
 }
 
 /// Fans committed events out to observers (on a serial queue) and to `AsyncStream`s.

@@ -12,27 +12,40 @@ import Glibc
 /// result; if the owner dies, it takes the download over.
 @Suite("deliver beside another deliver on one store (the built courier binary, a throttled origin)")
 struct SecondDeliverCLITests {
-    /// One product whose 2 MiB package a FaultOrigin serves at 512 KiB/s (about 4 s).
+    /// One product whose 2 MiB package a FaultOrigin serves at `bytesPerSecond` (512 KiB/s:
+    /// about 4 s), or a real nginx at `nginxRate` (its `limit_rate`); with `wrongDigest`, the
+    /// catalog names another SHA-256, so whoever downloads it fails with `integrity`.
     struct Store {
         let directory: TemporaryDirectory
-        let origin: FaultOrigin
+        let origin: FaultOrigin?
+        let nginx: NginxServer?
         let arguments: [String]
         let environment: [String: String]
         let length: Int
 
-        init() throws {
+        init(nginxRate: String? = nil, bytesPerSecond: Int = 512 << 10, wrongDigest: Bool = false) throws {
             directory = try TemporaryDirectory(prefix: "courier-second")
             let sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
-            let package = directory.appending("levels.zip")
+            let www = directory.appending("www")
+            try FileManager.default.createDirectory(at: www, withIntermediateDirectories: true)
+            let package = www.appendingPathComponent("levels.zip")
             try PackageFixtures.infoZip(
                 product: "com.example.levels", version: "1.0", files: ["data.bin": PackageFixtures.noise(2 << 20)], at: package, level: 0)
             let bytes = try Data(contentsOf: package)
             length = bytes.count
-            var behavior = FaultOrigin.Behavior()
-            behavior.bytesPerSecond = 512 << 10
-            origin = try FaultOrigin(content: bytes, behavior: behavior)
+            let url: URL
+            if let nginxRate {
+                let nginx = try NginxServer(root: www, extraLocations: "limit_rate \(nginxRate);")
+                (self.nginx, origin, url) = (nginx, nil, nginx.url("/levels.zip"))
+            } else {
+                var behavior = FaultOrigin.Behavior()
+                behavior.bytesPerSecond = bytesPerSecond
+                let origin = try FaultOrigin(content: bytes, behavior: behavior)
+                (nginx, self.origin, url) = (nil, origin, origin.url("/levels.zip"))
+            }
             let content = Catalog.Content(
-                url: origin.url("/levels.zip").absoluteString, sha256: QueueFixtures.sha256(bytes), length: Int64(bytes.count),
+                url: url.absoluteString, sha256: QueueFixtures.sha256(wrongDigest ? Data("other".utf8) : bytes),
+                length: Int64(bytes.count),
                 version: "1.0", placement: .documents)
             let catalog = directory.appending("catalog.json")
             try Catalog(bundleId: "com.example.app", products: [Catalog.Product(productId: "com.example.levels", content: content)])
@@ -46,6 +59,13 @@ struct SecondDeliverCLITests {
                 "deliver", "--receipt", receipt.path, "--catalog", catalog.path, "--trust-root", sandbox.rootCertificateDERFile.path,
                 "--environment", "Sandbox", "--storage", directory.appending("Storage").path,
             ]
+        }
+
+        /// Stops the origin and removes the folder.
+        func remove() {
+            origin?.stop()
+            nginx?.stop()
+            directory.remove()
         }
 
         func start(_ extra: [String], name: String) throws -> Process {
@@ -89,13 +109,13 @@ struct SecondDeliverCLITests {
         }
     }
 
-    @Test("the second names the owner at once, follows its bytes from the store, and ends with the same result")
+    @Test(
+        "--json: the owner named at once, its bytes as download events marked with it (nginx), then the same result",
+        .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
     func followsTheOwner() throws {
-        let store = try Store()
-        defer {
-            store.origin.stop()
-            store.directory.remove()
-        }
+        // 2 MiB at 256 KiB/s: about 8 s, most of it left when the second starts.
+        let store = try Store(nginxRate: "256k")
+        defer { store.remove() }
         let first = try store.startOwner()
         defer { store.finish(first) }
         let launched = Date()
@@ -103,7 +123,7 @@ struct SecondDeliverCLITests {
         defer { store.finish(second) }
         #expect(store.wait(60) { store.output("second").contains("waitingForOwner") }, "\(store.output("second", "err"))")
         let said = Date().timeIntervalSince(launched)
-        // Said while the owner is still downloading (about 3 s of bytes are left); 0.1 s here.
+        // Said while the owner is still downloading; 0.1 s here.
         #expect(first.isRunning, "the owner line came only after the owner finished (\(said) s)")
         #expect(said < 10, "the owner line took \(said) s")
         store.finish(first)
@@ -112,34 +132,112 @@ struct SecondDeliverCLITests {
         #expect(second.terminationStatus == 0, "\(store.output("second", "err"))")
 
         let events = store.events("second")
+        let owner = "\(first.processIdentifier)@\(LeaseOwner.hostName())"
         let waiting = try #require(events.first)
         #expect(waiting["event"] as? String == "waitingForOwner", "\(events)")
-        #expect(waiting["owners"] as? [String] == ["\(first.processIdentifier)@\(LeaseOwner.hostName())"], "\(waiting)")
-        // The owner's bytes, as it checkpoints them: several distinct counts while active.
-        let counts = Set(events.compactMap { event -> Int? in
+        #expect(waiting["owners"] as? [String] == [owner], "\(waiting)")
+        // The owner's bytes as it writes them, each event marked with the owner and stamped.
+        let active = events.filter { event in
             guard event["event"] as? String == "download", event["state"] as? String == "active",
-                let bytes = event["bytesReceived"] as? Int, bytes > 0, bytes < store.length
-            else { return nil }
-            return bytes
-        })
-        #expect(counts.count >= 2, "the owner's progress was not followed: \(events)")
-        #expect(events.contains { $0["event"] as? String == "download" && $0["state"] as? String == "finished" })
-        // The same result as the owner's: the same content, delivered once.
+                let bytes = event["bytesReceived"] as? Int
+            else { return false }
+            return bytes > 0 && bytes < store.length
+        }
+        let counts = active.compactMap { $0["bytesReceived"] as? Int }
+        #expect(Set(counts).count >= 2, "the owner's progress was not followed: \(events)")
+        #expect(counts == counts.sorted(), "bytes went backwards: \(counts)")
+        for event in active {
+            #expect(event["owner"] as? String == owner, "\(event)")
+            #expect(event["time"] is String, "\(event)")
+            #expect(((event["progress"] as? Double) ?? 0) > 0, "\(event)")
+        }
+        let finished = events.first { $0["event"] as? String == "download" && $0["state"] as? String == "finished" }
+        #expect(finished?["owner"] as? String == owner, "\(events)")
+        #expect(finished?["contentPath"] is String, "\(events)")
+        // The same result as the owner's: the same content, delivered once, fetched once.
         let mine = try #require(events.last)
         let owners = try #require(store.events("first").last)
         #expect(mine["event"] as? String == "result")
         #expect(mine["content"] as? [String] == owners["content"] as? [String], "\(mine) vs \(owners)")
         #expect((owners["content"] as? [String])?.count == 1)
-        #expect(store.origin.requests.count == 1, "the second fetched bytes itself")
+        #expect(store.nginx?.accessLog(atLeast: 1).count == 1, "the second fetched bytes itself")
+    }
+
+    @Test(
+        "on a terminal: the owner's download drawn as a moving bar, then its delivered line (nginx)",
+        .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+    func drawsTheOwnersBar() throws {
+        let store = try Store(nginxRate: "256k")
+        defer { store.remove() }
+        let first = try store.startOwner()
+        defer { store.finish(first) }
+        let terminal = try PseudoTerminal(columns: 100)
+        let second = Process()
+        second.executableURL = CourierBinary.url
+        second.arguments = store.arguments
+        second.environment = ProcessInfo.processInfo.environment.merging(store.environment) { $1 }
+        second.currentDirectoryURL = store.directory.url
+        second.standardInput = FileHandle.nullDevice
+        let out = store.directory.appending("second.out")
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+        second.standardOutput = try FileHandle(forWritingTo: out)
+        second.standardError = terminal.secondary
+        try second.run()
+        terminal.closeSecondary()
+        defer { store.finish(second) }
+        store.finish(first)
+        store.finish(second)
+        #expect(first.terminationStatus == 0, "\(store.output("first", "err"))")
+        #expect(second.terminationStatus == 0)
+
+        let text = terminal.output().map(\.text).joined()
+        #expect(text.contains("another process (\(first.processIdentifier)@"), "\(text.debugDescription)")
+        // The bars drawn (each block starts after an erase): the product's line, with an amount
+        // that moves, a rate and an ETA.
+        let lines = text.components(separatedBy: "\u{1B}[J").dropFirst().flatMap { block in
+            block.components(separatedBy: CharacterSet(charactersIn: "\r\n"))
+                .filter { $0.hasPrefix("com.example.levels") }
+        }
+        #expect(!lines.isEmpty, "no bar for the owner's download: \(text.debugDescription)")
+        for line in lines { #expect(line.contains("B/s  ETA ") || line.contains("unpacking"), "\(line)") }
+        let amounts = Set(lines.compactMap { line in
+            line.components(separatedBy: "%  ").last?.components(separatedBy: "  ").first
+        })
+        #expect(amounts.count >= 2, "the bar did not move: \(lines)")
+        let results = store.output("second")
+        #expect(
+            results.contains("delivered com.example.levels 1.0 to ") && results.contains(" (by another process)\n"),
+            "\(results)")
+    }
+
+    @Test("the owner's failure is said when the owner records it, marked, once; the second ends with its error")
+    func saysTheOwnersFailure() throws {
+        // 2 MiB at 256 KiB/s: the owner fails its check after about 8 s, long after the second starts.
+        let store = try Store(bytesPerSecond: 256 << 10, wrongDigest: true)
+        defer { store.remove() }
+        let first = try store.startOwner()
+        defer { store.finish(first) }
+        let second = try store.start([], name: "second")
+        defer { store.finish(second) }
+        #expect(store.wait(60) { store.output("second", "err").contains("another process (\(first.processIdentifier)@") })
+        store.finish(first)
+        store.finish(second)
+        #expect(first.terminationStatus == 6, "\(store.output("first", "err"))")
+        #expect(second.terminationStatus == 6, "\(store.output("second", "err"))")
+        let said = store.output("second", "err")
+        #expect(said.contains("courier: com.example.levels failed: "), "\(said)")
+        #expect(said.contains("failed verification: SHA-256 is "), "\(said)")
+        #expect(said.contains(" (by another process)\n"), "\(said)")
+        #expect(said.components(separatedBy: "com.example.levels failed").count == 2, "said more than once: \(said)")
+        #expect(store.output("second").isEmpty, "\(store.output("second"))")
+        // The second fetched nothing itself.
+        #expect(store.origin?.requests.count == 1)
     }
 
     @Test("on a terminal's terms: the owner line, then the same delivered line; taken over when the owner dies")
     func takesOverFromADeadOwner() throws {
         let store = try Store()
-        defer {
-            store.origin.stop()
-            store.directory.remove()
-        }
+        defer { store.remove() }
         let first = try store.startOwner()
         defer { store.finish(first) }
         let second = try store.start([], name: "second")
@@ -153,7 +251,8 @@ struct SecondDeliverCLITests {
         let placed = store.directory.appending("Storage/Documents/com.example.levels/Contents/data.bin")
         #expect((try? Data(contentsOf: placed))?.count == 2 << 20)
         // The second resumed the partial file: its request asked for a range.
-        #expect(store.origin.requestedOffsets.count == 2)
-        #expect((store.origin.requestedOffsets.last ?? 0) > 0, "\(store.origin.requestedOffsets)")
+        let origin = try #require(store.origin)
+        #expect(origin.requestedOffsets.count == 2)
+        #expect((origin.requestedOffsets.last ?? 0) > 0, "\(origin.requestedOffsets)")
     }
 }
