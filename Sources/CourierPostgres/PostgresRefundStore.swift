@@ -123,13 +123,7 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
         } catch {
             throw PostgresErrors.wrap(error, "cannot record the notification in PostgreSQL at \(url)")
         }
-        if let transaction {
-            switch outcome {
-            case .revoked: revoked.insert(transaction.transactionId)
-            case .reinstated: revoked.remove(transaction.transactionId)
-            case .ignored, .duplicate: break
-            }
-        }
+        revoked.record(outcome, for: transaction?.transactionId)
         return outcome
     }
 
@@ -174,7 +168,7 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
     private func applyNotification(_ payload: String) {
         guard let first = payload.first else { return }
         let id = String(payload.dropFirst())
-        if first == "1" { revoked.insert(id) } else if first == "0" { revoked.remove(id) }
+        if first == "1" || first == "0" { revoked.set(id, revoked: first == "1") }
     }
 
     private func refreshPeriodically() async {

@@ -1,6 +1,7 @@
 import Courier
 import Foundation
 import GRDB
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -52,14 +53,9 @@ public final class OriginStateStore: Sendable {
     /// Opens (creating if needed) the state file in `directory`, which is created owner-only
     /// (0700) if missing; the file is created 0600 before SQLite opens it.
     public init(directory: URL) throws {
-        try Self.makeOwnerOnlyFolder(directory)
+        try StorageLayout.makeOwnerOnlyFolder(directory)
         url = directory.appendingPathComponent("origin.sqlite")
-        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        if descriptor >= 0 {
-            close(descriptor)
-        } else if errno != EEXIST {
-            throw CourierError(.io, "cannot create \(url.path)", cause: String(cString: strerror(errno)))
-        }
+        try OwnerOnlyFile.create(atPath: url.path)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         configuration.prepareDatabase { db in
@@ -160,13 +156,7 @@ public final class OriginStateStore: Sendable {
         } catch {
             throw CourierError(.io, "cannot record the notification in \(url.path)", cause: "\(error)")
         }
-        if let transaction {
-            switch outcome {
-            case .revoked: revoked.insert(transaction.transactionId)
-            case .reinstated: revoked.remove(transaction.transactionId)
-            case .ignored, .duplicate: break
-            }
-        }
+        revoked.record(outcome, for: transaction?.transactionId)
         return outcome
     }
 
@@ -182,55 +172,35 @@ public final class OriginStateStore: Sendable {
     public static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())
     }
-
-    /// Creates `folder` with mode 0700 if missing (mkdir can only lose bits to the umask).
-    static func makeOwnerOnlyFolder(_ folder: URL) throws {
-        var info = Glibc.stat()
-        if stat(folder.path, &info) == 0 {
-            guard info.st_mode & S_IFMT == S_IFDIR else { throw CourierError(.io, "\(folder.path) is not a folder") }
-            return
-        }
-        let parent = folder.deletingLastPathComponent()
-        if parent.path != folder.path, stat(parent.path, &info) != 0 {
-            try makeOwnerOnlyFolder(parent)
-        }
-        guard mkdir(folder.path, 0o700) == 0 || errno == EEXIST else {
-            throw CourierError(.io, "cannot create \(folder.path)", cause: String(cString: strerror(errno)))
-        }
-    }
 }
 
 /// The revoked transaction ids, shared by the gate's requests and the notification handler.
-public final class RevokedSet: @unchecked Sendable {  // @unchecked: `ids` is guarded by `lock`.
-    private let lock = NSLock()
-    private var ids: Set<String>
+public final class RevokedSet: Sendable {
+    private let ids: Mutex<Set<String>>
 
     public init(_ ids: Set<String>) {
-        self.ids = ids
+        self.ids = Mutex(ids)
     }
 
     /// Replaces the whole set (a store that reloaded it).
     public func replace(with ids: Set<String>) {
-        lock.lock()
-        self.ids = ids
-        lock.unlock()
+        self.ids.withLock { $0 = ids }
     }
 
     public func contains(_ id: String) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return ids.contains(id)
+        ids.withLock { $0.contains(id) }
     }
 
-    public func insert(_ id: String) {
-        lock.lock()
-        ids.insert(id)
-        lock.unlock()
+    /// Marks `id` revoked, or no longer.
+    public func set(_ id: String, revoked: Bool) {
+        ids.withLock { ids in
+            if revoked { ids.insert(id) } else { ids.remove(id) }
+        }
     }
 
-    public func remove(_ id: String) {
-        lock.lock()
-        ids.remove(id)
-        lock.unlock()
+    /// Takes in what a store's applying a notification to `transactionId` did.
+    public func record(_ outcome: NotificationOutcome, for transactionId: String?) {
+        guard let transactionId, outcome == .revoked || outcome == .reinstated else { return }
+        set(transactionId, revoked: outcome == .revoked)
     }
 }

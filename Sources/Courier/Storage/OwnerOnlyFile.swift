@@ -4,11 +4,11 @@ import Foundation
 /// owner-only from their first byte: `open(O_CREAT | O_EXCL, 0600)` rather than a default mode
 /// and a later chmod, which leaves a window in which another local user can open the file and
 /// keep the descriptor.
-enum OwnerOnlyFile {
+package enum OwnerOnlyFile {
     /// Creates an empty file at `path` with mode 0600 unless something (a file, a symlink) is
     /// already there. Returns whether it created one.
     @discardableResult
-    static func create(atPath path: String) throws -> Bool {
+    package static func create(atPath path: String) throws -> Bool {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         if descriptor < 0 {
             if errno == EEXIST { return false }

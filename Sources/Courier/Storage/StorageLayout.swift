@@ -109,7 +109,7 @@ public struct StorageLayout: Sendable, Hashable {
     /// Creates `folder` (and missing parents) with mode 0700 from the first moment: `mkdir` with
     /// 0700 can only lose bits to the umask, never gain them, so no one else can enter it between
     /// its creation and a later chmod.
-    private static func makeOwnerOnlyFolder(_ folder: URL) throws {
+    package static func makeOwnerOnlyFolder(_ folder: URL) throws {
         let path = folder.path
         if mkdir(path, 0o700) == 0 || errno == EEXIST { return }
         guard errno == ENOENT else {
