@@ -12,6 +12,24 @@ enum EntryRules {
     static let directory: UInt32 = 0o040000
     static let symbolicLink: UInt32 = 0o120000
 
+    /// The checks an archive entry passes before anything is done with it (by the inspection
+    /// and the extraction alike): the `count`th entry within the limit, a UTF-8 name within the
+    /// path rules, no hard link, an allowed mode. Returns its name, components and file type.
+    static func check(_ entry: ArchiveReader.Entry, count: Int, limits: PackageConfiguration) throws -> (
+        name: String, components: [String], type: UInt32
+    ) {
+        guard count <= limits.maxEntryCount else {
+            throw hostile("the package holds more than \(limits.maxEntryCount) entries")
+        }
+        guard let name = entry.name else { throw hostile("an entry name is not valid UTF-8") }
+        let components = try Self.components(of: name, maxDepth: limits.maxPathDepth)
+        if entry.hardlinkTarget != nil {
+            throw hostile("the entry \(name.debugDescription) is a hard link; packages hold none")
+        }
+        try checkMode(entry.mode, name: name, allowSymlink: true)
+        return (name, components, entry.mode & fileType)
+    }
+
     /// The path components of an entry name: `.` and empty components dropped. An empty result
     /// names the package root itself.
     static func components(of name: String, maxDepth: Int) throws -> [String] {

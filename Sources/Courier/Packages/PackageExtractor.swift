@@ -37,31 +37,16 @@ public struct PackageExtractor: Sendable {
         expectedVersion: String?,
         verifiedSHA256: String? = nil
     ) throws -> PackageInfo {
-        try extract(
-            package, into: staging, expectedProductId: expectedProductId, expectedVersion: expectedVersion,
-            verifiedSHA256: verifiedSHA256, preflight: nil
-        )
-    }
-
-    /// `extract`, reusing the `PackageInspector.preflight` the caller already ran on `package`
-    /// (nil: run it here). Every rule it applies, and the product and version, are checked
-    /// before `staging` is made.
-    func extract(
-        _ package: URL,
-        into staging: URL,
-        expectedProductId: String,
-        expectedVersion: String?,
-        verifiedSHA256: String?,
-        preflight: PackagePreflight?
-    ) throws -> PackageInfo {
         try extractRecording(
             package, into: staging, expectedProductId: expectedProductId, expectedVersion: expectedVersion,
-            verifiedSHA256: verifiedSHA256, preflight: preflight
+            verifiedSHA256: verifiedSHA256, preflight: nil
         ).info
     }
 
     /// `extract`, also returning each regular file written with its size and SHA-256, hashed as
-    /// it was written (the record an update compares with a manifest).
+    /// it was written (the record an update compares with a manifest). It reuses the
+    /// `PackageInspector.preflight` the caller already ran on `package` (nil: runs it here):
+    /// every rule it applies, and the product and version, are checked before `staging` is made.
     func extractRecording(
         _ package: URL,
         into staging: URL,
@@ -189,16 +174,7 @@ private final class Extraction {
 
     private func place(_ entry: ArchiveReader.Entry) throws {
         entryCount += 1
-        guard entryCount <= configuration.maxEntryCount else {
-            throw EntryRules.hostile("the package holds more than \(configuration.maxEntryCount) entries")
-        }
-        guard let name = entry.name else { throw EntryRules.hostile("an entry name is not valid UTF-8") }
-        let components = try EntryRules.components(of: name, maxDepth: configuration.maxPathDepth)
-        if entry.hardlinkTarget != nil {
-            throw EntryRules.hostile("the entry \(name.debugDescription) is a hard link; packages hold none")
-        }
-        try EntryRules.checkMode(entry.mode, name: name, allowSymlink: true)
-        let type = entry.mode & EntryRules.fileType
+        let (name, components, type) = try EntryRules.check(entry, count: entryCount, limits: configuration)
         guard let last = components.last else {
             if type == EntryRules.directory { return }
             throw EntryRules.hostile("the entry \(name.debugDescription) names the package root")

@@ -33,16 +33,7 @@ public struct PackageInspector {
         var tree = EntryTree()
         while let entry = try reader.next() {
             entryCount += 1
-            guard entryCount <= limits.maxEntryCount else {
-                throw EntryRules.hostile("the package holds more than \(limits.maxEntryCount) entries")
-            }
-            guard let name = entry.name else { throw EntryRules.hostile("an entry name is not valid UTF-8") }
-            let components = try EntryRules.components(of: name, maxDepth: limits.maxPathDepth)
-            if entry.hardlinkTarget != nil {
-                throw EntryRules.hostile("the entry \(name.debugDescription) is a hard link; packages hold none")
-            }
-            try EntryRules.checkMode(entry.mode, name: name, allowSymlink: true)
-            let type = entry.mode & EntryRules.fileType
+            let (name, components, type) = try EntryRules.check(entry, count: entryCount, limits: limits)
             try tree.add(components, type: type, name: name)
             if type == EntryRules.symbolicLink {
                 links[components] = entry.symlinkTarget ?? ""
