@@ -4,6 +4,7 @@ import CourierPostgres
 import CourierServer
 import Foundation
 import Logging
+import Synchronization
 
 /// `courier prestage`: fetch, verify, inspect and stage the catalog's packages for `courier serve`.
 struct PrestageCommand: AsyncParsableCommand {
@@ -153,19 +154,23 @@ func withSignalCancellation<T: Sendable>(_ body: @escaping @Sendable () async th
 }
 
 /// Overall progress of a pre-staging run: a status line on a terminal (packages, bytes, rate,
-/// ETA), NDJSON events with `--json`, and the summary table at the end.
-final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+/// ETA, laid out as the other progress displays), NDJSON events with `--json`, and the summary
+/// table at the end.
+final class PrestageProgress: Sendable {
+    private struct State {
+        var totalTasks = 0
+        var totalBytes: Int64 = 0
+        var done = 0
+        var failed = 0
+        var received: [String: Int64] = [:]
+        var finishedBytes: Int64 = 0
+        var lastDraw = Date.distantPast
+        var lastEvent = Date.distantPast
+    }
+
     private let output: Output
-    private let lock = NSLock()
-    private var totalTasks = 0
-    private var totalBytes: Int64 = 0
-    private var done = 0
-    private var failed = 0
-    private var received: [String: Int64] = [:]
-    private var finishedBytes: Int64 = 0
+    private let state = Mutex(State())
     private let started = Date()
-    private var lastDraw = Date.distantPast
-    private var lastEvent = Date.distantPast
 
     init(output: Output) {
         self.output = output
@@ -174,22 +179,19 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
     func handle(_ event: PrestageEvent) {
         switch event {
         case .planned(let tasks, let bytes, let unchanged, let refused):
-            lock.withLock {
-                totalTasks = tasks
-                totalBytes = bytes
-            }
+            state.withLock { ($0.totalTasks, $0.totalBytes) = (tasks, bytes) }
             if output.json {
                 output.emit(["event": "planned", "packages": tasks, "bytes": bytes, "unchanged": unchanged, "refused": refused])
             }
         case .started(let task):
             if output.json { output.emit(["event": "started", "contentIdentifier": task.contentIdentifier, "url": task.source.absoluteString]) }
         case .progress(let task, let bytes):
-            lock.withLock { received[task.contentIdentifier] = bytes }
+            state.withLock { $0.received[task.contentIdentifier] = bytes }
         case .staged(let task, let bytesFetched):
-            lock.withLock {
-                done += 1
-                received[task.contentIdentifier] = nil
-                finishedBytes += task.content.length
+            state.withLock { state in
+                state.done += 1
+                state.received[task.contentIdentifier] = nil
+                state.finishedBytes += task.content.length
             }
             if output.json {
                 output.emit([
@@ -198,9 +200,9 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
                 ])
             }
         case .failed(let task, let error):
-            lock.withLock {
-                failed += 1
-                received[task.contentIdentifier] = nil
+            state.withLock { state in
+                state.failed += 1
+                state.received[task.contentIdentifier] = nil
             }
             if output.json {
                 var object: [String: Any] = [
@@ -219,40 +221,36 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
     /// Redraws the status line (at most ten times a second) or emits a progress event (once a second).
     private func tick() {
         let now = Date()
-        let (line, event): (String?, [String: Any]?) = lock.withLock {
-            let bytes = finishedBytes + received.values.reduce(0, +)
-            let elapsed = max(now.timeIntervalSince(started), 0.001)
-            let rate = Double(bytes) / elapsed
-            let remaining = rate > 0 ? Double(max(totalBytes - bytes, 0)) / rate : nil
-            var line: String?
-            var event: [String: Any]?
-            if !output.json, output.stderrIsTerminal, now.timeIntervalSince(lastDraw) >= 0.1 {
-                lastDraw = now
-                let fraction = totalBytes > 0 ? Double(bytes) / Double(totalBytes) : 1
-                let width = 24
-                let filled = min(width, Int(fraction * Double(width)))
-                let bar = String(repeating: "=", count: filled) + String(repeating: " ", count: width - filled)
-                line = "[\(bar)] \(done + failed)/\(totalTasks) packages  \(Self.bytes(bytes))/\(Self.bytes(totalBytes))  "
-                    + "\(Self.bytes(Int64(rate)))/s  ETA \(remaining.map { Self.duration($0) } ?? "--")"
-                    + (failed > 0 ? "  \(failed) failed" : "")
-            }
-            if output.json, now.timeIntervalSince(lastEvent) >= 1 {
-                lastEvent = now
-                var object: [String: Any] = [
-                    "event": "progress", "packagesDone": done, "packagesFailed": failed, "packages": totalTasks,
-                    "bytesReceived": bytes, "contentLength": totalBytes, "rate": Int64(rate),
-                ]
-                if let remaining { object["timeRemaining"] = (remaining * 10).rounded() / 10 }
-                event = object
-            }
-            return (line, event)
+        let (state, draw, emit) = self.state.withLock { state -> (State, Bool, Bool) in
+            let draw = !output.json && output.stderrIsTerminal && now.timeIntervalSince(state.lastDraw) >= 0.1
+            let emit = output.json && now.timeIntervalSince(state.lastEvent) >= 1
+            if draw { state.lastDraw = now }
+            if emit { state.lastEvent = now }
+            return (state, draw, emit)
         }
-        if let line { output.status(line) }
-        if let event { output.emit(event) }
+        let bytes = state.finishedBytes + state.received.values.reduce(0, +)
+        let rate = Double(bytes) / max(now.timeIntervalSince(started), 0.001)
+        if draw {
+            let failed = state.failed > 0 ? ", \(state.failed) failed" : ""
+            let row = ProgressLayout.Row(
+                name: "\(state.done + state.failed)/\(state.totalTasks) packages\(failed)",
+                fraction: state.totalBytes > 0 ? Double(bytes) / Double(state.totalBytes) : 1,
+                amount: "\(QueueFormat.bytes(bytes))/\(QueueFormat.bytes(state.totalBytes))", rate: ProgressLayout.rate(rate),
+                eta: ProgressLayout.eta(state.totalBytes - bytes, at: rate))
+            output.statusBlock(ProgressLayout.lines([row], width: output.terminalColumns))
+        }
+        if emit {
+            var object: [String: Any] = [
+                "event": "progress", "packagesDone": state.done, "packagesFailed": state.failed, "packages": state.totalTasks,
+                "bytesReceived": bytes, "contentLength": state.totalBytes, "rate": Int64(rate),
+            ]
+            if rate > 0 { object["timeRemaining"] = (Double(max(state.totalBytes - bytes, 0)) / rate * 10).rounded() / 10 }
+            output.emit(object)
+        }
     }
 
     func finish() {
-        lock.withLock { lastDraw = .distantPast }
+        state.withLock { $0.lastDraw = .distantPast }
         if !output.json && output.stderrIsTerminal {
             tick()
             output.endStatus()
@@ -261,41 +259,29 @@ final class PrestageProgress: @unchecked Sendable {  // @unchecked: mutable stat
 
     /// The table of every entry (text), or one `summary` document (`--json`).
     func printSummary(_ summary: PrestageSummary) {
+        let staged = summary.rows.filter { $0.status == .staged }.count
+        let unchanged = summary.rows.filter { $0.status == .unchanged }.count
+        let seconds = Date().timeIntervalSince(started)
         if output.json {
             output.emit([
-                "event": "summary",
-                "staged": summary.rows.filter { $0.status == .staged }.count,
-                "unchanged": summary.rows.filter { $0.status == .unchanged }.count,
+                "event": "summary", "staged": staged, "unchanged": unchanged,
                 "failed": summary.failures.map { row -> [String: Any] in
                     ["contentIdentifier": row.contentIdentifier, "code": row.error?.code.rawValue ?? "internal", "message": row.error?.message ?? ""]
                 },
                 "bytesFetched": summary.bytesFetched,
                 "catalogChanged": summary.catalogChanged,
-                "seconds": (Date().timeIntervalSince(started) * 1000).rounded() / 1000,
+                "seconds": (seconds * 1000).rounded() / 1000,
             ])
             return
         }
-        let width = max(12, summary.rows.map(\.contentIdentifier.count).max() ?? 0)
-        func pad(_ text: String, _ count: Int) -> String { text.padding(toLength: max(count, text.count), withPad: " ", startingAt: 0) }
-        output.line(pad("CONTENT", width) + "  " + pad("STATUS", 9) + "  " + pad("FETCHED", 10) + "  NOTE")
-        for row in summary.rows {
+        let table = [["CONTENT", "STATUS", "FETCHED", "NOTE"]] + summary.rows.map { row in
             let note = row.error.map { "\($0.code): \($0.message)" } ?? ""
-            output.line(pad(row.contentIdentifier, width) + "  " + pad(row.status.rawValue, 9) + "  " + pad(Self.bytes(row.bytesFetched), 10) + "  " + note)
+            return [row.contentIdentifier, row.status.rawValue, QueueFormat.bytes(row.bytesFetched), note]
         }
-        let staged = summary.rows.filter { $0.status == .staged }.count
-        let unchanged = summary.rows.filter { $0.status == .unchanged }.count
+        for line in QueueFormat.align(table) { output.line(line) }
         output.line(
-            "\(staged) staged, \(unchanged) unchanged, \(summary.failures.count) failed; \(Self.bytes(summary.bytesFetched)) fetched in "
-                + Self.duration(Date().timeIntervalSince(started))
-                + (summary.catalogChanged ? "; catalog published" : "; catalog unchanged")
-        )
-    }
-
-    static func bytes(_ count: Int64) -> String { QueueFormat.bytes(count) }
-
-    static func duration(_ seconds: Double) -> String {
-        if seconds < 60 { return String(format: "%.1fs", seconds) }
-        let whole = Int(seconds)
-        return whole >= 3600 ? "\(whole / 3600)h\(whole % 3600 / 60)m" : "\(whole / 60)m\(whole % 60)s"
+            "\(staged) staged, \(unchanged) unchanged, \(summary.failures.count) failed; "
+                + "\(QueueFormat.bytes(summary.bytesFetched)) fetched in \(QueueFormat.duration(seconds))"
+                + (summary.catalogChanged ? "; catalog published" : "; catalog unchanged"))
     }
 }
