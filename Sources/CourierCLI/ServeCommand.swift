@@ -62,7 +62,10 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("metrics-port"), help: "Serve Prometheus metrics at GET /metrics on this port (same host; 0 picks a free one).")
     var metricsPort: Int?
 
-    @Option(name: .long, help: "Keep refunds in PostgreSQL, shared by every gate: postgresql://USER@HOST:PORT/DB (default <storage>/origin.sqlite).")
+    @Option(
+        name: .long,
+        help: "Keep refunds in PostgreSQL, shared by every gate: postgresql://USER@HOST:PORT/DB (or serve.state in the configuration; default <storage>/origin.sqlite)."
+    )
     var state: String?
 
     @Option(name: .customLong("max-token-age"), help: "Refuse (401) signed transactions signed longer ago than this many seconds (default: no limit).")
@@ -107,11 +110,14 @@ struct ServeCommand: AsyncParsableCommand {
             // GET /metrics reads; without --metrics-port nothing is counted.
             let registry = metricsPort != nil ? MetricsEndpoint.bootstrapPrometheus() : nil
             let metrics = registry != nil ? OriginMetrics() : nil
-            // With --state postgresql://…, refunds live in PostgreSQL (CourierPostgres), loaded before the first answer.
+            let settings = try global.loadConfiguration()
+            // With --state (or serve.state) postgresql://…, refunds live in PostgreSQL
+            // (CourierPostgres), loaded before the first answer.
             var refunds: PostgresRefundStore?
-            if let state, !`public` { refunds = try await PostgresRefundStore.open(url: PostgresURL(parsing: state), logger: logger) }
-            let (gate, notifications) = try makeGate(
-                configuration: try global.loadConfiguration(), origin: configuration, metrics: metrics, refunds: refunds)
+            if let state = state ?? settings.serve.state, !`public` {
+                refunds = try await PostgresRefundStore.open(url: PostgresURL(parsing: state), logger: logger)
+            }
+            let (gate, notifications) = try makeGate(configuration: settings, origin: configuration, metrics: metrics, refunds: refunds)
             let origin = ContentOrigin(
                 configuration: configuration,
                 gate: gate,

@@ -17,6 +17,8 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     public var queue: QueueConfiguration
     /// `courier prestage`: jobs, the shared queue (`prestage.queue`), leases.
     public var prestage: PrestageConfiguration = .init()
+    /// `courier serve`: where refunds are kept (`serve.state`).
+    public var serve: ServeConfiguration = .init()
 
     /// The folder relative paths in this configuration are resolved against: the folder of the
     /// file it was loaded from, or the current directory.
@@ -47,7 +49,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case catalog, transfer, receipts, packages, placement, queue, prestage
+        case catalog, transfer, receipts, packages, placement, queue, prestage, serve
     }
 
     /// Decodes a configuration file's JSON, the one way a configuration is read (the sections'
@@ -190,6 +192,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         var defaults = CourierConfiguration()
         defaults.catalog = ""
         defaults.queue.finishWebhook = ""
+        defaults.serve.state = ""
         var sections: [String: Set<String>] = [:]
         func visit(_ object: [String: Any], path: String) {
             sections[path, default: []].formUnion(object.keys)

@@ -59,13 +59,17 @@ struct PostgresRefundGateTests {
 
         var gates: [(Process, Int)] = []
         defer { for (process, _) in gates where process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        // The first gate is given the database with --state, the second by its configuration
+        // file (serve.state).
+        let configuration = scratch.appending("courier.json")
+        try JSONSerialization.data(withJSONObject: ["serve": ["state": server.url]]).write(to: configuration)
         for index in 0..<2 {
             gates.append(
                 try Self.startServe(
                     [
                         "--content", content.path, "--trust-root", root.path, "--bundle-id", "com.example.app",
-                        "--environment", "Sandbox", "--storage", scratch.appending("storage\(index)").path, "--state", server.url,
-                    ], scratch: scratch, name: "gate\(index)"))
+                        "--environment", "Sandbox", "--storage", scratch.appending("storage\(index)").path,
+                    ] + (index == 0 ? ["--state", server.url] : ["--config", configuration.path]), scratch: scratch, name: "gate\(index)"))
         }
         let transaction = "3000000000000042"
         let token = try chain.token(TestSigningChain.payload(productId: Self.product, transactionId: transaction, environment: "Sandbox"))
@@ -122,5 +126,25 @@ struct PostgresRefundGateTests {
         ])
         #expect(result.status == 2, "\(result.stderr)")
         #expect(result.stderr.contains("port") && !result.stderr.contains("hunter22"), "\(result.stderr)")
+    }
+
+    @Test("serve.state in the configuration is read as --state is; the flag wins over it")
+    func stateFromConfiguration() throws {
+        let scratch = try TemporaryDirectory(prefix: "courier-gates")
+        defer { scratch.remove() }
+        let chain = try TestSigningChain()
+        let root = scratch.appending("root.pem")
+        try chain.writeRoot(to: root)
+        let configuration = scratch.appending("courier.json")
+        try JSONSerialization.data(withJSONObject: ["serve": ["state": "postgresql://u:hunter22@db:99999/x"]]).write(to: configuration)
+        let serve = ["serve", "--content", scratch.path, "--port", "0", "--trust-root", root.path, "--config", configuration.path]
+        let result = try CourierBinary.run(serve)
+        #expect(result.status == 2, "\(result.stderr)")
+        #expect(result.stderr.contains("port") && !result.stderr.contains("hunter22"), "\(result.stderr)")
+        // A configured URL is overridden by the flag's (here one that is not PostgreSQL's).
+        try JSONSerialization.data(withJSONObject: ["serve": ["state": "postgresql://courier@127.0.0.1:1/x"]]).write(to: configuration)
+        let flagged = try CourierBinary.run(serve + ["--state", "mysql://courier@127.0.0.1/x"])
+        #expect(flagged.status == 2, "\(flagged.stderr)")
+        #expect(flagged.stderr.contains("mysql"), "\(flagged.stderr)")
     }
 }
