@@ -45,7 +45,8 @@ struct FollowOwnerTests {
         let claimed = try #require(try other.claim(scope: .all, limit: 1).first)
         #expect(claimed.state == .active && claimed.bytesReceived == 0)
         let partial = URL(fileURLWithPath: claimed.partialPath)
-        try FileManager.default.createDirectory(at: partial.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: partial.deletingLastPathComponent(), withIntermediateDirectories: true)
         try Data(payload.prefix(30_000)).write(to: partial)
 
         var configuration = CourierConfiguration()
@@ -73,11 +74,14 @@ struct FollowOwnerTests {
         #expect(recorder.owners.withLock { $0 } == [token])
         let changes = recorder.changes.withLock { $0 }
         #expect(!changes.isEmpty)
-        for change in changes { #expect(change.owner == token, "\(change.record.state) \(change.record.bytesReceived)") }
+        for change in changes {
+            #expect(change.owner == token, "\(change.record.state) \(change.record.bytesReceived)")
+        }
         let active = changes.map(\.record).filter { $0.state == .active }
-        #expect(active.contains { $0.bytesReceived == 30_000 && abs($0.progress - 0.3) < 1e-9 }, "\(active.map(\.bytesReceived))")
-        #expect(active.contains { $0.bytesReceived == 60_000 }, "\(active.map(\.bytesReceived))")
-        #expect(active.map(\.bytesReceived) == active.map(\.bytesReceived).sorted())
+        let counts = active.map(\.bytesReceived)
+        #expect(active.contains { $0.bytesReceived == 30_000 && abs($0.progress - 0.3) < 1e-9 }, "\(counts)")
+        #expect(counts.contains(60_000), "\(counts)")
+        #expect(counts == counts.sorted())
         #expect(changes.last?.record.state == .finished)
         #expect(changes.last?.record.contentURL == placed)
         #expect(summary.finishedDownloads.isEmpty && summary.unfinished.isEmpty)
