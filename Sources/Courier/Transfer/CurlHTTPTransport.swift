@@ -56,7 +56,6 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
     private let request: HTTPRequest
     private let configuration: TransferConfiguration
     private var continuation: CheckedContinuation<HTTPResponse, any Error>?
-    private var headerList: UnsafeMutablePointer<curl_slist>?
     private var status = 0
     private var headers: [String: String] = [:]
     private var body = Data()
@@ -104,14 +103,8 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
                 try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, "GET"), "CURLOPT_CUSTOMREQUEST")
             }
         }
-        var list: UnsafeMutablePointer<curl_slist>?
-        for (name, value) in request.headers {
-            list = curl_slist_append(list, "\(name): \(value)")
-        }
         // No "Expect: 100-continue" round trip for small bodies.
-        list = curl_slist_append(list, "Expect:")
-        headerList = list
-        try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list)), "CURLOPT_HTTPHEADER")
+        try setHeaders(easy, request.headers.map { "\($0): \($1)" } + ["Expect:"])
     }
 
     override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -147,10 +140,6 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
     }
 
     override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
-        if let headerList {
-            curl_slist_free_all(headerList)
-            self.headerList = nil
-        }
         guard let continuation else { return }
         self.continuation = nil
         if let failure = setupError ?? failure {

@@ -81,6 +81,22 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
             try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_OPENSOCKETDATA, easy), "CURLOPT_OPENSOCKETDATA")
         }
     }
+    /// The request's header lines handed to libcurl: owned by the job, freed with it (after its
+    /// handle, which the loop cleans up while it still holds the job).
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+
+    /// Sends `lines` (`Name: value`) as the request's headers; `configure` calls it once.
+    func setHeaders(_ easy: UnsafeMutableRawPointer, _ lines: [String]) throws {
+        for line in lines { headerList = curl_slist_append(headerList, line) }
+        guard let headerList else { return }
+        try CurlOption.check(
+            courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList)), "CURLOPT_HTTPHEADER")
+    }
+
+    deinit {
+        if let headerList { curl_slist_free_all(headerList) }
+    }
+
     /// One header line as received, CRLF included.
     func didReceiveHeader(_ line: UnsafeRawBufferPointer) -> Bool { true }
     /// Body bytes: return `bytes.count` to consume, `CurlJob.pauseReceiving` to be called again

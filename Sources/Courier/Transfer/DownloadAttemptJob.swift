@@ -32,7 +32,6 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     private let requestedOffset: Int64
     private var journal: ResumeJournal
     private var continuation: CheckedContinuation<AttemptOutcome, Never>?
-    private var headerList: UnsafeMutablePointer<curl_slist>?
 
     private var head = DownloadResponseHead(status: 0)
     private var decision: ResponseDecision?
@@ -85,23 +84,16 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         if requestedOffset > 0 {
             try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"), "CURLOPT_RANGE")
         }
-        var list: UnsafeMutablePointer<curl_slist>?
-        for (name, value) in request.headers {
-            list = curl_slist_append(list, "\(name): \(value)")
-        }
-        headerList = list
+        var lines = request.headers.map { "\($0): \($1)" }
         if requestedOffset > 0, let validator = journal.etag ?? journal.lastModified {
             // Journals are validated when loaded and validators when received; a CR or LF here
             // would still inject request headers, so never send one.
             guard ResumeJournal.isSafeValidator(validator) else {
                 throw CourierError(.internal, "refusing to send an unsafe If-Range validator for \(request.url.absoluteString)")
             }
-            list = curl_slist_append(list, "If-Range: \(validator)")
-            headerList = list
+            lines.append("If-Range: \(validator)")
         }
-        if let list {
-            try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list)), "CURLOPT_HTTPHEADER")
-        }
+        try setHeaders(easy, lines)
     }
 
     override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -242,10 +234,6 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
     }
 
     override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
-        if let headerList {
-            curl_slist_free_all(headerList)
-            self.headerList = nil
-        }
         if case .accept = decision { flush() }
         guard let continuation else { return }
         self.continuation = nil

@@ -85,7 +85,6 @@ final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hook
     private let configuration: TransferConfiguration
     private let sink: @Sendable (Int64, UnsafeRawBufferPointer) throws -> Void
     private var continuation: CheckedContinuation<RangeAnswer, any Error>?
-    private var headerList: UnsafeMutablePointer<curl_slist>?
     private var status = 0
     private var responseHeaders: [String: String] = [:]
     private var body = Body.undecided
@@ -113,15 +112,11 @@ final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hook
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
         try configureCommon(easy, url: url, configuration: configuration, connectTimeout: configuration.connectTimeout)
         try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1"), "CURLOPT_USERAGENT")
-        var list: UnsafeMutablePointer<curl_slist>?
-        list = curl_slist_append(list, "Range: \(RangeFetcher.rangeHeaderValue(ranges))")
-        // Bytes as stored: a compressed transfer would make the offsets meaningless.
-        list = curl_slist_append(list, "Accept-Encoding: identity")
-        for (name, value) in headers where name.lowercased() != "range" {
-            list = curl_slist_append(list, "\(name): \(value)")
-        }
-        headerList = list
-        try CurlOption.check(courier_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list)), "CURLOPT_HTTPHEADER")
+        // Bytes as stored ("identity"): a compressed transfer would make the offsets meaningless.
+        try setHeaders(
+            easy,
+            ["Range: \(RangeFetcher.rangeHeaderValue(ranges))", "Accept-Encoding: identity"]
+                + headers.filter { $0.0.lowercased() != "range" }.map { "\($0): \($1)" })
     }
 
     override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -203,10 +198,6 @@ final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hook
     }
 
     override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
-        if let headerList {
-            curl_slist_free_all(headerList)
-            self.headerList = nil
-        }
         guard let continuation else { return }
         self.continuation = nil
         if case .undecided = body, !whole, failure == nil, setupError == nil, stop == nil, result == CURLE_OK {
