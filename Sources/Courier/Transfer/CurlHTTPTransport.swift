@@ -39,23 +39,14 @@ public final class CurlHTTPTransport: HTTPTransport {
 
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
         try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
-        let job = OneShotRequestJob(request: request, configuration: configuration)
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                job.setContinuation(continuation)
-                loop.add(job)
-            }
-        } onCancel: {
-            job.requestStop(.requested)
-        }
+        return try await loop.run(OneShotRequestJob(request: request, configuration: configuration))
     }
 }
 
 /// One small request with its response collected in memory (bounded).
-final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hooks run on the loop thread; `continuation` is set before `add`.
+final class OneShotRequestJob: AwaitedJob<HTTPResponse>, @unchecked Sendable {  // @unchecked: hooks run on the loop thread.
     private let request: HTTPRequest
     private let configuration: TransferConfiguration
-    private var continuation: CheckedContinuation<HTTPResponse, any Error>?
     private var status = 0
     private var headers: [String: String] = [:]
     private var body = Data()
@@ -64,10 +55,6 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
     init(request: HTTPRequest, configuration: TransferConfiguration) {
         self.request = request
         self.configuration = configuration
-    }
-
-    func setContinuation(_ continuation: CheckedContinuation<HTTPResponse, any Error>) {
-        self.continuation = continuation
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
@@ -140,8 +127,7 @@ final class OneShotRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: ho
     }
 
     override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
-        guard let continuation else { return }
-        self.continuation = nil
+        guard let continuation = takeContinuation() else { return }
         if let failure = setupError ?? failure {
             continuation.resume(throwing: failure)
         } else if let stop {

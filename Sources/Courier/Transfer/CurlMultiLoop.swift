@@ -138,6 +138,18 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
     }
 }
 
+/// A job whose end is one value for the task that awaits it (`CurlMultiLoop.run`): its
+/// `didFinish` takes the continuation once and resumes it.
+class AwaitedJob<Value: Sendable>: CurlJob, @unchecked Sendable {  // @unchecked: `continuation` is set before `add`, then used on the loop thread only.
+    fileprivate var continuation: CheckedContinuation<Value, any Error>?
+
+    /// The awaiting task's continuation, the first time only (nil after).
+    func takeContinuation() -> CheckedContinuation<Value, any Error>? {
+        defer { continuation = nil }
+        return continuation
+    }
+}
+
 /// The one network thread: owns a curl multi handle and drives every job on it.
 ///
 /// Other threads post commands (add, stop, unpause) and wake it with `curl_multi_wakeup`; the
@@ -449,6 +461,21 @@ final class BlockedURLs: @unchecked Sendable {  // @unchecked: mutable state is 
             guard let index = urls.lastIndex(of: url) else { return false }
             urls.remove(at: index)
             return true
+        }
+    }
+}
+
+extension CurlMultiLoop {
+    /// Adds `job` and waits, suspended, for the value it ends with; cancelling the calling task
+    /// stops the job (which then ends with its own cancellation answer).
+    func run<Value>(_ job: AwaitedJob<Value>) async throws -> Value {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                job.continuation = continuation
+                add(job)
+            }
+        } onCancel: {
+            job.requestStop(.requested)
         }
     }
 }

@@ -25,13 +25,12 @@ enum AttemptOutcome: Sendable {
 /// One HTTP exchange of a download on the network thread: sends the Range/If-Range request,
 /// judges the response head (`ResponseDecision`), feeds accepted body bytes to the writer in
 /// chunks, and reports an `AttemptOutcome`.
-final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: hooks run on the loop thread; `continuation` is set before `add`.
+final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable {  // @unchecked: hooks run on the loop thread.
     private let request: DownloadRequest
     private let configuration: TransferConfiguration
     private let writer: PartialFileWriter
     private let requestedOffset: Int64
     private var journal: ResumeJournal
-    private var continuation: CheckedContinuation<AttemptOutcome, Never>?
 
     private var head = DownloadResponseHead(status: 0)
     private var decision: ResponseDecision?
@@ -67,10 +66,6 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
         self.chunkSize = Int(min(256 << 10, max(64 << 10, configuration.checkpointBytes)))
         super.init()
         stallTimeout = configuration.stallTimeout
-    }
-
-    func setContinuation(_ continuation: CheckedContinuation<AttemptOutcome, Never>) {
-        self.continuation = continuation
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
@@ -235,8 +230,7 @@ final class DownloadAttemptJob: CurlJob, @unchecked Sendable {  // @unchecked: h
 
     override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
         if case .accept = decision { flush() }
-        guard let continuation else { return }
-        self.continuation = nil
+        guard let continuation = takeContinuation() else { return }
         continuation.resume(returning: outcome(result, stop: stop))
     }
 

@@ -50,18 +50,10 @@ package final class RangeFetcher: Sendable {
         else {
             throw CourierError(.internal, "a range request needs ranges inside the representation")
         }
-        let job = RangeRequestJob(
-            url: url, ranges: ranges, representationLength: representationLength, headers: headers,
-            configuration: configuration, sink: sink
-        )
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                job.setContinuation(continuation)
-                loop.add(job)
-            }
-        } onCancel: {
-            job.requestStop(.requested)
-        }
+        return try await loop.run(
+            RangeRequestJob(
+                url: url, ranges: ranges, representationLength: representationLength, headers: headers,
+                configuration: configuration, sink: sink))
     }
 
     /// The value of a Range header for `ranges`: `bytes=a-b,c-d` (inclusive bounds).
@@ -71,7 +63,7 @@ package final class RangeFetcher: Sendable {
 }
 
 /// One range request (see `RangeFetcher`). Its hooks run on the loop thread.
-final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hooks run on the loop thread; `continuation` is set before `add`.
+final class RangeRequestJob: AwaitedJob<RangeAnswer>, @unchecked Sendable {  // @unchecked: hooks run on the loop thread.
     private enum Body {
         case undecided
         case single(offset: Int64, end: Int64, range: ClosedRange<Int64>)
@@ -84,7 +76,6 @@ final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hook
     private let headers: [(String, String)]
     private let configuration: TransferConfiguration
     private let sink: @Sendable (Int64, UnsafeRawBufferPointer) throws -> Void
-    private var continuation: CheckedContinuation<RangeAnswer, any Error>?
     private var status = 0
     private var responseHeaders: [String: String] = [:]
     private var body = Body.undecided
@@ -103,10 +94,6 @@ final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hook
         self.sink = sink
         super.init()
         stallTimeout = configuration.stallTimeout
-    }
-
-    func setContinuation(_ continuation: CheckedContinuation<RangeAnswer, any Error>) {
-        self.continuation = continuation
     }
 
     override func configure(_ easy: UnsafeMutableRawPointer) throws {
@@ -198,8 +185,7 @@ final class RangeRequestJob: CurlJob, @unchecked Sendable {  // @unchecked: hook
     }
 
     override func didFinish(_ result: CURLcode, stop: CurlJobStop?) {
-        guard let continuation else { return }
-        self.continuation = nil
+        guard let continuation = takeContinuation() else { return }
         if case .undecided = body, !whole, failure == nil, setupError == nil, stop == nil, result == CURLE_OK {
             // A head without a body: decide on it now (an empty 206 then ends early below).
             if let refusal = decide() { failure = refusal }

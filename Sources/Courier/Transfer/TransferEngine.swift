@@ -316,14 +316,7 @@ public final class TransferEngine: Sendable {
                 writer: writer,
                 configuration: configuration
             )
-            let outcome = await withTaskCancellationHandler {
-                await withCheckedContinuation { continuation in
-                    job.setContinuation(continuation)
-                    loop.add(job)
-                }
-            } onCancel: {
-                job.requestStop(.requested)
-            }
+            let outcome = try await loop.run(job)  // an outcome, never an error
             // Every accepted byte is on its way to the writer; wait until it is written.
             _ = try? await writer.perform {}
             if let error = writer.error {
