@@ -67,12 +67,11 @@ extension CourierClient {
         scope: DeliveryScope, output: Output, retryStopped: Bool
     ) async throws -> (summary: DeliverySummary, view: DeliveryProgressView, interrupted: Bool) {
         let view = DeliveryProgressView(output: output, queue: queue, scope: scope)
-        let work = Task { try await deliver(scope: scope, retryStopped: retryStopped, observer: view) }
-        let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
-        defer { trap.cancel() }
         defer { view.finish() }
-        let summary = try await work.value
-        return (summary, view, work.isCancelled)
+        let (summary, interrupted) = try await withSignalCancellation {
+            (try await self.deliver(scope: scope, retryStopped: retryStopped, observer: view), Task.isCancelled)
+        }
+        return (summary, view, interrupted)
     }
 
     /// Runs the pipeline over `scope` in the foreground with progress (a status line on a

@@ -109,16 +109,13 @@ struct GetCommand: AsyncParsableCommand {
                 let parts = header.split(separator: ":", maxSplits: 1)
                 return (String(parts[0]).trimmingCharacters(in: .whitespaces), String(parts.count > 1 ? parts[1] : "").trimmingCharacters(in: .whitespaces))
             }
-            let work = Task {
+            try await withSignalCancellation {
                 if let inputFile, let directory {
                     try await downloadList(inputFile, into: directory, headers: requestHeaders, engine: engine, output: output)
                 } else if let url {
                     try await downloadOne(url, to: self.output, headers: requestHeaders, engine: engine, output: output)
                 }
             }
-            let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { work.cancel() }
-            defer { trap.cancel() }
-            try await work.value
         }
     }
 
@@ -355,22 +352,23 @@ struct GetCommand: AsyncParsableCommand {
     }
 }
 
-/// Turns SIGINT/SIGTERM into a call of `handler` (pausing the work) instead of death.
-final class SignalTrap: @unchecked Sendable {  // @unchecked: sources are created in init and only cancelled afterwards.
-    private var sources: [any DispatchSourceSignal] = []
-
-    init(signals: [Int32], handler: @escaping @Sendable () -> Void) {
-        for number in signals {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler(handler: handler)
-            source.resume()
-            sources.append(source)
-        }
+/// Runs `body` in a task of its own that SIGINT and SIGTERM cancel instead of ending the
+/// process (the work then pauses: exit 7), as does cancelling the calling task. The CLI's one
+/// signal helper (`get`, `deliver`, `update`, `prestage`).
+func withSignalCancellation<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    let task = Task { try await body() }
+    let sources = [SIGINT, SIGTERM].map { number in
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+        source.setEventHandler { task.cancel() }
+        source.resume()
+        return source
     }
-
-    func cancel() {
-        for source in sources { source.cancel() }
+    defer { for source in sources { source.cancel() } }
+    return try await withTaskCancellationHandler {
+        try await task.value
+    } onCancel: {
+        task.cancel()
     }
 }
 

@@ -141,18 +141,6 @@ func withMetrics<T: Sendable>(_ endpoint: MetricsEndpoint?, _ body: @escaping @S
     }
 }
 
-/// Runs `body`, cancelling it on SIGINT or SIGTERM (the job then pauses and publishes what is staged).
-func withSignalCancellation<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    let task = Task { try await body() }
-    let trap = SignalTrap(signals: [SIGINT, SIGTERM]) { task.cancel() }
-    defer { trap.cancel() }
-    return try await withTaskCancellationHandler {
-        try await task.value
-    } onCancel: {
-        task.cancel()
-    }
-}
-
 /// Overall progress of a pre-staging run: a status line on a terminal (packages, bytes, rate,
 /// ETA, laid out as the other progress displays), NDJSON events with `--json`, and the summary
 /// table at the end.
