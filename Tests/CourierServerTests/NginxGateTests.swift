@@ -1,5 +1,6 @@
 import Courier
 import CourierTestSupport
+import CourierServer
 import Foundation
 import Testing
 
@@ -148,7 +149,7 @@ struct NginxGateTests {
             #expect(stack.printed.contains(line), "\(line)")
         }
         // --decision-cache 0: no cache directive at all.
-        for word in ["proxy_cache", "X-Courier-Decision-Cache", "map "] {
+        for word in ["proxy_cache", "X-Courier-Decision-Cache", "map ", "open_file_cache"] {
             #expect(!stack.printed.contains(word), "\(word)")
         }
         guard let nginx = stack.nginx else { return }
@@ -313,8 +314,18 @@ struct NginxGateTests {
             }
             #expect(status == 403, "nginx still served a refunded purchase \(Int(Double(decisionCache) + 30)) s after the refund")
         }
-        for _ in 0..<4 {
+        // The refusal replaced the allow in nginx's cache (a new file where nginx kept the old one
+        // open): it is reused, not asked for again on every request.
+        let asked = stack.authorizations()
+        let started = Date()
+        for _ in 0..<8 {
             #expect(try CurlExchange.runBlocking(nginx.url(path).absoluteString, ["-H", "Authorization: Bearer \(token)"]).status == 403)
+        }
+        if decisionCache > 0 {
+            // At most one question per second of the loop (an entry lasts at least one), and the
+            // one the loop above may not have logged yet.
+            let bound = Int(Date().timeIntervalSince(started)) + 2
+            #expect(stack.authorizations() - asked <= bound, "8 requests asked the gates \(stack.authorizations() - asked) times")
         }
     }
 
@@ -327,6 +338,7 @@ struct NginxGateTests {
             "proxy_cache courier_decisions;", "proxy_cache_key \"$courier_original_path $http_authorization\";",
             "proxy_cache_valid 204 401 403 60s;", "proxy_cache_lock off;", "proxy_cache_use_stale off;",
             "proxy_set_header X-Courier-Decision-Cache 60;", "proxy_cache_path \"\(stack.decisionFolder.path)\"",
+            "open_file_cache max=\(NginxGateConfiguration.openDecisionFiles) inactive=10s;", "open_file_cache_valid 1s;",
         ] {
             #expect(stack.printed.contains(line), "\(line)")
         }
