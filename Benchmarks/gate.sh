@@ -7,7 +7,10 @@
 # holds 64 entries and nginx's decision cache 64 keys per file).
 # Prints requests/s of each, the throughput ratio gated/alone (goal >= 0.8), wrk's p99 latency,
 # the gates' p99 decision time from their courier_gate_decision_seconds histograms (for each
-# gated run: what the gates were asked during it), and the load average.
+# gated run: what the gates were asked during it), the load average, and the CPU time nginx's
+# worker (and the gates) spent per request: what bounds the requests one core serves. On a
+# machine other work keeps busy, req/s of one run swing by tens of percent; CPU per request
+# swings less (the copies still compete for caches and memory), so compare several runs.
 #   Benchmarks/gate.sh
 #   COURIER_BIN=.build/debug/courier DURATION=3 BIG_MIB=16 Benchmarks/gate.sh   # a quick check
 set -euo pipefail
@@ -70,11 +73,11 @@ for product in big whole; do
 done
 
 # The gates.
-GATE_ARGS=()
+GATE_ARGS=(); GATE_PIDS=()
 for i in $(seq "$GATES"); do
   "$BIN" serve --content "$WORK/content" --port 0 --json --metrics-port 0 --storage "$WORK/storage" \
     --trust-root "$WORK/sandbox" --bundle-id com.example.app --environment Sandbox > "$WORK/gate$i.log" 2>"$WORK/gate$i.err" &
-  PIDS+=($!)
+  PIDS+=($!); GATE_PIDS+=($!)
 done
 port_of() {  # port_of LOG EVENT
   for _ in $(seq 400); do
@@ -92,7 +95,7 @@ done
 # nginx alone (Benchmarks/common.sh) and nginx with the printed configuration, same main context.
 mkdir -p "$WORK/plain"
 start_nginx "$WORK/content" "$WORK/plain"
-PLAIN_PORT=$NGINX_PORT; PIDS+=("$NGINX_PID"); NGINX_PID=""
+PLAIN_PORT=$NGINX_PORT; PLAIN_MASTER=$NGINX_PID; PIDS+=("$NGINX_PID"); NGINX_PID=""
 
 # gated_nginx NAME CACHE_SECONDS: starts nginx with the printed configuration; sets GATED_PORT.
 gated_nginx() {
@@ -117,7 +120,7 @@ http {
 }
 CONF
   /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >/dev/null 2>&1 &
-  PIDS+=($!)
+  PIDS+=($!); GATED_MASTER=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/catalog.json" && break; sleep 0.05; done
   # Sanity: the gated nginx refuses without a token and serves with one.
   local token
@@ -129,8 +132,8 @@ CONF
   GATED_PORT=$port
 }
 user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
-gated_nginx uncached 0; UNCACHED_PORT=$GATED_PORT
-gated_nginx cached "$DECISION_CACHE"; CACHED_PORT=$GATED_PORT
+gated_nginx uncached 0; UNCACHED_PORT=$GATED_PORT; UNCACHED_MASTER=$GATED_MASTER
+gated_nginx cached "$DECISION_CACHE"; CACHED_PORT=$GATED_PORT; CACHED_MASTER=$GATED_MASTER
 
 # wrk scripts: every request carries one of the tokens (round robin); ranges start at a random MiB.
 write_script() {  # write_script NAME PATH TOKENS RANGED
@@ -157,6 +160,27 @@ write_script ranges "$BIG" "$WORK/tokens-big" true
 run_wrk() {  # run_wrk PORT SCRIPT OUT
   wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/$2.lua" "http://127.0.0.1:$1/" > "$3"
 }
+cpu_ticks() {  # cpu_ticks PID...: user + system clock ticks of those processes so far
+  local total=0 pid
+  for pid in "$@"; do
+    [ -r "/proc/$pid/stat" ] || continue
+    total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f12-13 | tr ' ' '+')))
+  done
+  echo "$total"
+}
+nginx_workers() {  # nginx_workers MASTER: its worker processes
+  local kid
+  for kid in $(cat "/proc/$1/task/$1/children"); do
+    if grep -q "worker process" "/proc/$kid/cmdline" 2>/dev/null; then echo "$kid"; fi
+  done
+}
+measured_wrk() {  # measured_wrk PORT SCRIPT OUT MASTER: run_wrk, and OUT.cpu: "nginx-ticks gate-ticks"
+  local workers before_n before_g
+  workers=$(nginx_workers "$4")
+  before_n=$(cpu_ticks $workers); before_g=$(cpu_ticks "${GATE_PIDS[@]}")
+  run_wrk "$1" "$2" "$3"
+  echo "$(($(cpu_ticks $workers) - before_n)) $(($(cpu_ticks "${GATE_PIDS[@]}") - before_g))" > "$3.cpu"
+}
 snapshot() {  # snapshot NAME: every gate's metrics now
   for i in "${!METRICS_PORTS[@]}"; do
     curl -s "http://127.0.0.1:${METRICS_PORTS[$i]}/metrics" > "$WORK/metrics-$1-$i.txt"
@@ -165,20 +189,27 @@ snapshot() {  # snapshot NAME: every gate's metrics now
 : > "$WORK/load.txt"
 for case in whole ranges; do
   echo "== $case: nginx alone" >&2
-  run_wrk "$PLAIN_PORT" "$case" "$WORK/$case-plain.txt"
+  measured_wrk "$PLAIN_PORT" "$case" "$WORK/$case-plain.txt" "$PLAIN_MASTER"
   for run in uncached cached; do
-    port=$UNCACHED_PORT; [ "$run" = cached ] && port=$CACHED_PORT
+    port=$UNCACHED_PORT; master=$UNCACHED_MASTER
+    [ "$run" = cached ] && port=$CACHED_PORT && master=$CACHED_MASTER
     echo "== $case: nginx + auth_request + $GATES gate(s), $run" >&2
     snapshot "$case-$run-before"
-    run_wrk "$port" "$case" "$WORK/$case-$run.txt"
+    measured_wrk "$port" "$case" "$WORK/$case-$run.txt" "$master"
     snapshot "$case-$run-after"
   done
   echo "$case $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/load.txt"
 done
 
-python3 - "$WORK" "$WHOLE_KIB" "$GATES" "$DECISION_CACHE" <<'PY'
+python3 - "$WORK" "$WHOLE_KIB" "$GATES" "$DECISION_CACHE" "$(getconf CLK_TCK)" <<'PY'
 import glob, re, sys
-work, whole_kib, gates, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+work, whole_kib, gates, window, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+
+def cpu(path):
+    """CPU microseconds per request of nginx's worker and of the gates during one wrk run."""
+    requests = int(re.search(r"(\d+) requests in", open(path).read()).group(1))
+    nginx, gate = (int(x) for x in open(path + ".cpu").read().split())
+    return nginx / hz / requests * 1e6, gate / hz / requests * 1e6
 
 def wrk(path):
     text = open(path).read()
@@ -220,13 +251,18 @@ def decisions(case, run):
 loads = dict(line.split(" ", 1) for line in open(f"{work}/load.txt").read().splitlines())
 for case, label in (("whole", f"whole {whole_kib} KiB file"), ("ranges", "1 MiB ranges")):
     plain = wrk(f"{work}/{case}-plain.txt")
-    print(f"{label}: nginx alone {plain[0]:.0f} req/s (p99 {plain[1]:.2f} ms); load average after the case {loads.get(case, '?')}")
+    plain_cpu = cpu(f"{work}/{case}-plain.txt")[0]
+    print(f"{label}: nginx alone {plain[0]:.0f} req/s (p99 {plain[1]:.2f} ms), nginx CPU {plain_cpu:.1f} us/request; "
+          f"load average after the case {loads.get(case, '?')}")
     results = [("alone", plain)]
     for run, name in (("uncached", "no decision cache"), ("cached", f"decision cache {window} s")):
         gated = wrk(f"{work}/{case}-{run}.txt")
         results.append((run, gated))
+        nginx_cpu, gate_cpu = cpu(f"{work}/{case}-{run}.txt")
         print(f"  nginx + auth_request + {gates} gates, {name}: {gated[0]:.0f} req/s (p99 {gated[1]:.2f} ms), "
               f"ratio {gated[0] / plain[0]:.2f} (goal >= 0.8); {decisions(case, run)}")
+        print(f"    CPU per request: nginx {nginx_cpu:.1f} us + gates {gate_cpu:.1f} us; "
+              f"alone/gated {plain_cpu / (nginx_cpu + gate_cpu):.2f}")
     for name, result in results:
         if result[2] or result[3]:
             print(f"  warning: {name}: {result[2]} non-2xx responses; socket errors: {result[3] or 'none'}")
