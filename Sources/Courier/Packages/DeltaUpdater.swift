@@ -12,7 +12,7 @@ import Glibc
 /// catalog's), compares it with the per-file records of the installed version (`content_file`),
 /// fetches only the byte ranges of new or changed entries from the package's URL (neighbouring
 /// ranges coalesced, several ranges per request where the origin allows, one per request where
-/// it answers 200 or a single part), unpacks and verifies each (name, CRC-32, SHA-256, size),
+/// it answers 200 or a single part), unpacks and verifies each (name, SHA-256, size; libarchive checks the CRC-32),
 /// then builds the new version in staging from unchanged installed files (a hard link to the
 /// installed inode where staging shares its filesystem, else a `FICLONE` reflink where the
 /// filesystem supports it, else a copy) plus the fetched entries (hard-linked the same way, so
@@ -182,7 +182,16 @@ public struct DeltaUpdater: Sendable {
         let folder = placer.contentURL(target.contentIdentifier, placement: installed.placement)
         let plan = try DeltaPlan(manifest: manifest, installed: records, folder: folder, limits: placer.packages)
         let store = try DeltaEntryStore(folder: target.workDirectory)
-        var missing = plan.fetch.filter { !store.has($0.sha256) }
+        let blockSize = placer.packages.blockSize
+        var missing = try await BlockingWorkerPool.detached {
+            var held: [String: Bool] = [:]
+            return plan.fetch.filter { entry in
+                if let known = held[entry.sha256] { return !known }
+                let verified = store.holds(entry, blockSize: blockSize)
+                held[entry.sha256] = verified
+                return !verified
+            }
+        }
         let resumed = Set(plan.fetch.map(\.sha256)).count - Set(missing.map(\.sha256)).count
         // Entries with the same digest need fetching once.
         var seen = Set<String>()
@@ -396,7 +405,6 @@ struct DeltaPlan: Sendable {
         var components: [String]
         var size: Int64
         var sha256: String
-        var crc32: UInt32
         var range: Range<Int64>
     }
 
@@ -427,12 +435,11 @@ struct DeltaPlan: Sendable {
                 folders.append(components)
             case .file:
                 // `PackageManifest.decode` checked that every file has these fields.
-                guard let size = item.size, let sha256 = item.sha256, let crc32 = item.crc32, let range = item.range else {
+                guard let size = item.size, let sha256 = item.sha256, let range = item.range else {
                     throw DeltaUpdater.Fallback("the manifest entry \(item.path.debugDescription) is incomplete")
                 }
                 let entry = Entry(
-                    path: components.joined(separator: "/"), components: components, size: size, sha256: sha256, crc32: crc32,
-                    range: range)
+                    path: components.joined(separator: "/"), components: components, size: size, sha256: sha256, range: range)
                 if let source = sources[sha256], source.size == size {
                     reuse.append((entry, source))
                 } else {
@@ -481,14 +488,27 @@ struct DeltaEntryStore: Sendable {
 
     func entry(_ sha256: String) -> URL { entries.appendingPathComponent(sha256) }
 
-    func has(_ sha256: String) -> Bool {
+    /// Whether `entries/<sha256>` holds `entry` whole. Entries are written without an fsync (the
+    /// placer's `syncfs` before the swap makes them durable with the rest of the new version), so
+    /// one an earlier run left, which a power cut may have torn, is trusted only once its length
+    /// and SHA-256 check again; a bad one is removed and fetched anew.
+    func holds(_ entry: DeltaPlan.Entry, blockSize: Int) -> Bool {
+        let url = self.entry(entry.sha256)
         var status = stat()
-        return lstat(entry(sha256).path, &status) == 0 && status.st_mode & S_IFMT == S_IFREG
+        guard lstat(url.path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { return false }
+        if Int64(status.st_size) == entry.size, case .success(let digest) = PackageHasher.hash(url, blockSize: blockSize),
+            digest == entry.sha256
+        {
+            return true
+        }
+        unlink(url.path)
+        return false
     }
 
     /// Unpacks the fetched bytes `raw` of `entry` (local header, data, descriptor), checking its
-    /// name, size (never more than the manifest's), CRC-32 and SHA-256, into `entries/<sha256>`.
-    /// Anything wrong is `integrity` (or `hostilePackage` for a bad name); nothing is kept then.
+    /// name, size (never more than the manifest's) and SHA-256 (libarchive checks the zip's CRC-32
+    /// as it unpacks), into `entries/<sha256>`. Anything wrong is `integrity` (or `hostilePackage`
+    /// for a bad name); nothing is kept then. No fsync: see `holds`.
     func admit(_ entry: DeltaPlan.Entry, raw file: URL, limits: PackageConfiguration) throws {
         let partial = entries.appendingPathComponent("\(entry.sha256).partial")
         let fd = open(partial.path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -516,7 +536,6 @@ struct DeltaEntryStore: Sendable {
         }
         try EntryRules.checkMode(header.mode, name: name, allowSymlink: false)
         var hasher = SHA256()
-        var crc = CRC32()
         var written: Int64 = 0
         try reader.readData { offset, bytes in
             let (end, overflow) = offset.addingReportingOverflow(Int64(bytes.count))
@@ -524,7 +543,6 @@ struct DeltaEntryStore: Sendable {
                 throw CourierError(.integrity, "\(entry.path.debugDescription) unpacks to more than its \(entry.size) bytes")
             }
             hasher.update(bufferPointer: bytes)
-            crc.update(bytes)
             var done = 0
             while done < bytes.count {
                 let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
@@ -539,11 +557,9 @@ struct DeltaEntryStore: Sendable {
         guard written == entry.size else {
             throw CourierError(.integrity, "\(entry.path.debugDescription) unpacks to \(written) bytes, not \(entry.size)")
         }
-        guard crc.value == entry.crc32 else { throw CourierError(.integrity, "the CRC-32 of \(entry.path.debugDescription) is wrong") }
         guard hasher.finalize().hex == entry.sha256 else {
             throw CourierError(.integrity, "the SHA-256 of \(entry.path.debugDescription) is not the manifest's")
         }
-        guard fsync(fd) == 0 else { throw CourierError.posix("fsync", path: partial.path) }
         close(fd)
         closed = true
         guard rename(partial.path, self.entry(entry.sha256).path) == 0 else { throw CourierError.posix("rename", path: partial.path) }
@@ -656,7 +672,7 @@ final class EntryAssembler: @unchecked Sendable {  // @unchecked: `lock` guards 
 /// entries with the same digest get their own files); the placer records each file's identity
 /// after the build, so the records show the ctime the link gave it.
 ///
-/// A fetched entry (`entries/<sha256>`, fsynced when it was verified) is linked the same way,
+/// A fetched entry (`entries/<sha256>`, verified and flushed by that `syncfs`) is linked the same way,
 /// its mode first set to an extracted file's: its bytes are then written once, when unpacked.
 /// The placer removes the work folder once the new version is placed and before it takes the
 /// ctimes that removal moved into the records.
@@ -798,27 +814,3 @@ private struct DeltaBuild {
     }
 }
 
-// MARK: - CRC-32
-
-/// The zip CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), table-driven.
-struct CRC32 {
-    private static let table: [UInt32] = (0..<256).map { index -> UInt32 in
-        var value = UInt32(index)
-        for _ in 0..<8 { value = value & 1 == 1 ? 0xEDB8_8320 ^ (value >> 1) : value >> 1 }
-        return value
-    }
-
-    private var state: UInt32 = 0xFFFF_FFFF
-
-    mutating func update(_ bytes: UnsafeRawBufferPointer) {
-        var crc = state
-        Self.table.withUnsafeBufferPointer { table in
-            for byte in bytes {
-                crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8)
-            }
-        }
-        state = crc
-    }
-
-    var value: UInt32 { state ^ 0xFFFF_FFFF }
-}

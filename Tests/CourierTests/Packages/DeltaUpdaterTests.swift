@@ -312,6 +312,44 @@ struct DeltaUpdaterTests {
         #expect(!FileManager.default.fileExists(atPath: target.workDirectory.path))
     }
 
+    @Test("entries an earlier run left are checked again: a torn or rewritten one is fetched anew, the rest reused")
+    func resumeRefetchesTornEntries() async throws {
+        try #require(NginxServer.isAvailable)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let v1 = fixture.files(count: 10, size: 32 << 10)
+        let v2 = fixture.files(count: 10, size: 32 << 10, changed: [0, 9], seed: 5)
+        let old = try fixture.package("v1", version: "1.0", files: v1)
+        let new = try fixture.package("v2", version: "2.0", files: v2)
+        let nginx = try NginxServer(root: fixture.site)
+        defer { nginx.stop() }
+        let target = try fixture.target(base: nginx.url, name: "v2", version: "2.0", info: new.info)
+        let (updater, http) = try fixture.updater()
+        defer { http.shutdown() }
+        // A first run that verified its entries and died before placing (a downgrade guard).
+        _ = try fixture.install(try fixture.package("v3", version: "3.0", files: v1).zip, version: "3.0")
+        await #expect(throws: CourierError.self) { _ = try await updater.update(target) }
+        // Entries are written without an fsync: a power cut may leave one short and one holding
+        // other bytes of its length. Neither may reach the new version.
+        let entries = target.workDirectory.appendingPathComponent("entries")
+        let names = try FileManager.default.contentsOfDirectory(atPath: entries.path).sorted()
+        try #require(names.count == 3)
+        let torn = entries.appendingPathComponent(names[0])
+        let tornSize = try #require(try FileManager.default.attributesOfItem(atPath: torn.path)[.size] as? Int)
+        #expect(truncate(torn.path, off_t(tornSize / 2)) == 0)
+        let rewritten = entries.appendingPathComponent(names[1])
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: rewritten.path)[.size] as? Int)
+        try Data(repeating: 0, count: size).write(to: rewritten)
+        _ = try fixture.placer.install(
+            package: old.zip, contentIdentifier: Self.product, productId: Self.product, version: "1.0", placement: .documents,
+            force: true)
+        let outcome = try await updater.update(target)
+        #expect(outcome.entriesFetched == 2)
+        #expect(outcome.entriesResumed == 1)
+        #expect(fixture.installed() == v2)
+        #expect(!FileManager.default.fileExists(atPath: target.workDirectory.path))
+    }
+
     @Test("neighbouring ranges coalesce under the gap threshold; requests hold at most the limit")
     func coalescing() {
         let ranges: [Range<Int64>] = [0..<10, 15..<20, 100..<110, 111..<120, 1000..<1001]
