@@ -3,12 +3,12 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTPTypes
+import Synchronization
 
 /// Counts the origin's open connections against a cap, shared by all event loops.
-final class ConnectionLimiter: @unchecked Sendable {  // @unchecked: `open` is guarded by `lock`.
+final class ConnectionLimiter: Sendable {
     let maximum: Int
-    private let lock = NSLock()
-    private var open = 0
+    private let open = Mutex(0)
 
     init(maximum: Int) {
         self.maximum = maximum
@@ -16,24 +16,18 @@ final class ConnectionLimiter: @unchecked Sendable {  // @unchecked: `open` is g
 
     /// Takes a slot; false when all `maximum` are taken.
     func acquire() -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        guard open < maximum else { return false }
-        open += 1
-        return true
+        open.withLock { open in
+            guard open < maximum else { return false }
+            open += 1
+            return true
+        }
     }
 
     func release() {
-        lock.lock()
-        open -= 1
-        lock.unlock()
+        open.withLock { $0 -= 1 }
     }
 
-    var count: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return open
-    }
+    var count: Int { open.withLock { $0 } }
 }
 
 /// The first handler of each connection (raw bytes, before the HTTP decoder): holds the

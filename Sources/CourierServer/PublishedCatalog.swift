@@ -1,6 +1,7 @@
 import Courier
 import Crypto
 import Foundation
+import Synchronization
 
 /// One package the catalog lists and the origin serves: the request path it answers to, the
 /// file under the content folder, and whose content it is.
@@ -76,10 +77,9 @@ public struct PublishedCatalog: Sendable {
 /// Reads the catalog file on demand and keeps the last decoded copy until the file changes
 /// (another inode, size or modification time), so a catalog that `courier prestage` publishes
 /// by rename is picked up by the next request, and a reader never sees half of one.
-final class CatalogSource: @unchecked Sendable {  // @unchecked: `cached` is guarded by `lock`.
+final class CatalogSource: Sendable {
     let file: URL
-    private let lock = NSLock()
-    private var cached: (identity: StaticFile, catalog: PublishedCatalog)?
+    private let cached = Mutex<(identity: StaticFile, catalog: PublishedCatalog)?>(nil)
 
     init(file: URL) {
         self.file = file
@@ -90,12 +90,7 @@ final class CatalogSource: @unchecked Sendable {  // @unchecked: `cached` is gua
         guard let identity = StaticFile.lookup(path: file.path) else {
             throw CourierError(.notFound, "no catalog at \(file.path)", hint: "run `courier prestage` into the content folder")
         }
-        lock.lock()
-        if let cached, cached.identity.sameFile(as: identity) {
-            lock.unlock()
-            return cached.catalog
-        }
-        lock.unlock()
+        if let cached = cached.withLock({ $0 }), cached.identity.sameFile(as: identity) { return cached.catalog }
         let data: Data
         do {
             data = try Data(contentsOf: file)
@@ -105,9 +100,7 @@ final class CatalogSource: @unchecked Sendable {  // @unchecked: `cached` is gua
         let catalog = try PublishedCatalog(data: data)
         // Cache only if the file did not change while it was read.
         if let after = StaticFile.lookup(path: file.path), after.sameFile(as: identity) {
-            lock.lock()
-            cached = (identity, catalog)
-            lock.unlock()
+            cached.withLock { $0 = (identity, catalog) }
         }
         return catalog
     }

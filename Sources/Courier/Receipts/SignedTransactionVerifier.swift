@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SwiftASN1
+import Synchronization
 @_spi(FixedExpiryValidationTime) import X509
 
 /// Verifies App Store JWS signed transactions locally, as the App Store Server Library's
@@ -262,26 +263,23 @@ struct AppStoreChainPolicy: VerifierPolicy {
 
 /// Chains a verifier has already proven, by their `x5c` text: the leaf's key and the span in
 /// which all three certificates are valid. Bounded; cleared when full.
-final class VerifiedChainCache: @unchecked Sendable {  // @unchecked: `entries` is guarded by `lock`.
+final class VerifiedChainCache: Sendable {
     struct Entry {
         var leafKey: Data
         var validity: ClosedRange<Date>
     }
 
-    private let lock = NSLock()
-    private var entries: [String: Entry] = [:]
+    private let entries = Mutex<[String: Entry]>([:])
     private let capacity = 64
 
     func entry(_ key: String) -> Entry? {
-        lock.lock()
-        defer { lock.unlock() }
-        return entries[key]
+        entries.withLock { $0[key] }
     }
 
     func store(_ key: String, _ entry: Entry) {
-        lock.lock()
-        defer { lock.unlock() }
-        if entries.count >= capacity { entries.removeAll() }
-        entries[key] = entry
+        entries.withLock { entries in
+            if entries.count >= capacity { entries.removeAll() }
+            entries[key] = entry
+        }
     }
 }

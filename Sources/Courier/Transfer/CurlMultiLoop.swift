@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Synchronization
 
 /// libcurl's process-wide initialisation, done once before the first handle.
 enum CurlGlobal {
@@ -444,12 +445,11 @@ enum URLPolicy {
 
 /// A short record of URLs refused by `URLPolicy.openSocket` (the C callback has no way to hand
 /// its reason to the job), read when a transfer ends in CURLE_COULDNT_CONNECT.
-final class BlockedURLs: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
-    private let lock = NSLock()
-    private var urls: [String] = []
+final class BlockedURLs: Sendable {
+    private let urls = Mutex<[String]>([])
 
     func note(_ url: String) {
-        lock.withLock {
+        urls.withLock { urls in
             urls.append(url)
             if urls.count > 64 { urls.removeFirst(urls.count - 64) }
         }
@@ -457,7 +457,7 @@ final class BlockedURLs: @unchecked Sendable {  // @unchecked: mutable state is 
 
     /// Whether a socket was refused for `url` (and forgets it).
     func take(_ url: String) -> Bool {
-        lock.withLock {
+        urls.withLock { urls in
             guard let index = urls.lastIndex(of: url) else { return false }
             urls.remove(at: index)
             return true
