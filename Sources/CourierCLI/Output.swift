@@ -1,5 +1,6 @@
 import ArgumentParser
 import Courier
+import CourierServer
 import Foundation
 import Synchronization
 
@@ -48,18 +49,11 @@ final class Output: Sendable {
     /// Every event carries `time`, when it was emitted (RFC 3339, UTC, milliseconds; docs/json.md).
     func emit(_ object: [String: Any]) {
         var object = object
-        if object["time"] == nil { object["time"] = Self.timestamp(Date()) }
+        if object["time"] == nil { object["time"] = NDJSONLogHandler.timestamp(Date()) }
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]),
             let text = String(data: data, encoding: .utf8)
         else { return }
         line(text)
-    }
-
-    /// `date` as RFC 3339 in UTC with milliseconds: "2026-11-23T14:05:25.123Z".
-    static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: date)
     }
 
     /// Prints an Encodable value as one JSON line.

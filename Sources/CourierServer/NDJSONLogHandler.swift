@@ -54,8 +54,9 @@ public struct NDJSONLogHandler: LogHandler {
         }
     }
 
-    /// `date` as RFC 3339 in UTC with milliseconds: "2026-11-23T14:05:25.123Z".
-    static func timestamp(_ date: Date) -> String {
+    /// `date` as RFC 3339 in UTC with milliseconds: "2026-11-23T14:05:25.123Z" (the `time` of
+    /// every NDJSON line, logs and the CLI's events alike).
+    public static func timestamp(_ date: Date) -> String {
         let interval = date.timeIntervalSince1970
         var seconds = time_t(interval.rounded(.down))
         var milliseconds = Int(((interval - Double(seconds)) * 1000).rounded(.down))
