@@ -54,6 +54,12 @@ struct CourierCommand: AsyncParsableCommand {
         // user's alone from its first byte: no file is ever created readable by others and then
         // chmodded (DESIGN.md, "Secure by default").
         umask(0o077)
+        // While TZ is unset, glibc stats /etc/localtime on every mktime (to see whether the zone
+        // changed), and libarchive's zip reader calls mktime for each entry's DOS time: about a
+        // dozen stats per package inspected. Naming the same zone file makes glibc read it once.
+        // Set before any thread starts (setenv is not thread-safe); Foundation still finds the
+        // zone through /etc/localtime's link, as with TZ unset.
+        setenv("TZ", ":/etc/localtime", 0)
         // The one logging setup: every logger writes to standard error; each command sets its
         // level through GlobalOptions.logger (--verbose, --quiet, COURIER_LOG).
         LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
