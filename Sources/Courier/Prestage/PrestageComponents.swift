@@ -20,7 +20,7 @@ public struct TransferPackageFetcher: PackageFetcher {
             id: task.downloadId,
             url: task.source,
             destination: destination,
-            partialFile: workDirectory.appendingPathComponent("\(task.downloadId).part"),
+            partialFile: workDirectory.appendingPathComponent("\(task.downloadId).part", isDirectory: false),
             expectedLength: task.content.length,
             expectedSHA256: task.content.sha256.lowercased()
         )

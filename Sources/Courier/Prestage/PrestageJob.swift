@@ -374,7 +374,7 @@ public struct PrestageJob: Sendable {
         downloads: URL,
         events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> (Int64, Int64?) {
-        let file = downloads.appendingPathComponent("\(task.downloadId).zip")
+        let file = downloads.appendingPathComponent("\(task.downloadId).zip", isDirectory: false)
         var fetched: Int64 = 0
         // A verified file left by a run interrupted between the fetch and the publication is kept.
         let (length, sha256) = (task.content.length, task.content.sha256)

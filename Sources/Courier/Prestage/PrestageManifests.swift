@@ -23,7 +23,7 @@ enum PrestageManifests {
             try tree.publishPackages([(file, packagePath)])
             return
         }
-        let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json")
+        let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json", isDirectory: false)
         try Durable.write(data, to: local, sync: false)
         try tree.publishPackages([(local, path(besidePackage: packagePath)), (file, packagePath)])
     }

@@ -184,7 +184,7 @@ public struct LocalStagingTree: StagingTree {
         guard !path.hasPrefix("/"), !parts.isEmpty, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
             throw CourierError(.usage, "\(path) is not a path inside the staging tree")
         }
-        return root.appendingPathComponent(path)
+        return root.appendingPathComponent(path, isDirectory: false)
     }
 }
 

@@ -44,7 +44,7 @@ public struct FileResumeJournalStore: ResumeJournalStore {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: ".-_")
         let name = downloadId.addingPercentEncoding(withAllowedCharacters: allowed) ?? downloadId
-        return directory.appendingPathComponent(name + ".courier-journal")
+        return directory.appendingPathComponent(name + ".courier-journal", isDirectory: false)
     }
 
     public func load(downloadId: String) throws -> ResumeJournal? {
