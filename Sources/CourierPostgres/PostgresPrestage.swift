@@ -114,6 +114,8 @@ public struct PostgresPrestage: Sendable {
             let queue = queue(client, runId: runId)
             let job = runner.job(queue: queue)
             try await job.work(tasks: plan.tasks.count, events: events)
+            // An interrupted process's batch may hold tasks no worker started.
+            await queue.handBackUnstarted()
             try checkInterrupted()
             // Every task is staged or failed; the catalog is published once, by the coordinator.
             while true {
@@ -134,8 +136,12 @@ public struct PostgresPrestage: Sendable {
         }
     }
 
+    /// Tasks one claim statement may take for this process's idle workers (`PostgresWorkQueue`).
+    static let claimBatch = 4
+
     private func queue(_ client: PostgresClient, runId: Int64) -> PostgresWorkQueue {
-        PostgresWorkQueue(client: client, runId: runId, lease: lease, pollInterval: pollInterval, logger: logger)
+        PostgresWorkQueue(
+            client: client, runId: runId, lease: lease, pollInterval: pollInterval, claimBatch: Self.claimBatch, logger: logger)
     }
 
     private func pause() async throws {

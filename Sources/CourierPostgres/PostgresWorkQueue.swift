@@ -13,6 +13,13 @@ import PostgresNIO
 /// of the one that took over; a paused or cancelled task is handed back instead (waiting). A task
 /// whose lease expired `maxAttempts` times (its workers kept dying) fails rather than loop forever.
 ///
+/// A claim may take up to `claimBatch` tasks in one statement: the first goes to the claiming
+/// worker, the others wait in this process for its next idle workers (each row names the worker
+/// that claimed it; `complete` and `renew` use that name for the worker that took the task). A task
+/// that waited more than a third of its lease is renewed before a worker starts it, and
+/// `handBackUnstarted` returns the ones no worker started (an interrupted process). Outcomes that
+/// are recorded at the same time (a group sync ends for several workers) share one `UPDATE`.
+///
 /// These per-task changes commit without waiting for the WAL flush (`synchronous_commit = off`
 /// for their own transaction, set in the statement): a server crash may lose the last few, which
 /// only hands a task back or runs an idempotent task again. A `staged` outcome is recorded only
@@ -28,17 +35,25 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     /// Wakes this process's idle workers when one of its workers records an outcome, so the end
     /// of a run is seen at once rather than at the next poll.
     let completions = CompletionSignal()
+    /// Tasks claimed at most per statement (1: one per claim).
+    public let claimBatch: Int
+    /// Tasks claimed by a batch and not yet started, and who started which.
+    let claimed = ClaimedTasks()
+    /// Outcomes waiting to be recorded together.
+    let records: RecordBatcher
 
     public init(
         client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
-        pollInterval: Duration = .milliseconds(250), logger: Logger
+        pollInterval: Duration = .milliseconds(250), claimBatch: Int = 1, logger: Logger
     ) {
         self.client = client
         self.runId = runId
         self.lease = lease
         self.maxAttempts = maxAttempts
         self.pollInterval = pollInterval
+        self.claimBatch = max(1, claimBatch)
         self.logger = logger
+        self.records = RecordBatcher(client: client, runId: runId, logger: logger)
     }
 
     var leaseSeconds: Double {
@@ -85,15 +100,24 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     }
 
     public func claim(worker: String) async throws -> PrestageTask? {
-        try await perform("cannot claim a pre-staging task in PostgreSQL") {
+        while let waiting = claimed.take(for: worker) {
+            // Held here a while: make sure the lease is still this process's before starting it.
+            if waiting.since.duration(to: .now) < lease / 3 { return waiting.task }
+            if try await renew(waiting.task, worker: worker) { return waiting.task }
+            claimed.finish(waiting.task.downloadId, worker: worker)
+        }
+        // Several at once only while no other claim of this process is running: at most
+        // `claimBatch - 1` tasks wait here for a worker, so other processes still share the run.
+        let limit = claimed.beginClaim(batch: claimBatch)
+        defer { claimed.endClaim() }
+        let tasks: [PrestageTask] = try await perform("cannot claim a pre-staging task in PostgreSQL") {
             let rows = try await client.query(
                 """
                 WITH next AS (
                     SELECT download_id, state AS previous FROM prestage_task
                     WHERE run_id = \(runId)
                       AND (state = 'waiting' OR (state = 'claimed' AND lease_expires_at < now() AND attempts < \(maxAttempts)))
-                    ORDER BY download_id
-                    LIMIT 1
+                    LIMIT \(limit)
                     FOR UPDATE SKIP LOCKED)
                 UPDATE prestage_task AS t
                 SET state = 'claimed', worker = \(worker), attempts = t.attempts + 1,
@@ -102,23 +126,65 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                 WHERE t.run_id = \(runId) AND t.download_id = next.download_id
                 RETURNING t.task::text, next.previous
                 """, logger: logger)
+            var tasks: [PrestageTask] = []
             for try await (document, previous) in rows.decode((String, String).self) {
                 if previous == "claimed" {
                     PrestageMetrics.leaseExpiries.increment()
                     logger.notice("took over a pre-staging task whose lease expired", metadata: ["worker": "\(worker)"])
                 }
                 do {
-                    return try JSONDecoder().decode(PrestageTask.self, from: Data(document.utf8))
+                    tasks.append(try JSONDecoder().decode(PrestageTask.self, from: Data(document.utf8)))
                 } catch {
                     throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
                 }
             }
-            return nil
+            return tasks
+        }
+        guard let first = tasks.first else {
+            // A batch claimed beside this one may have left tasks here meanwhile.
+            return claimed.take(for: worker)?.task
+        }
+        if tasks.count > 1 {
+            claimed.add(tasks.dropFirst(), owner: worker)
+            // Idle workers of this process (in `awaitWork`) take them.
+            completions.signal()
+        }
+        return first
+    }
+
+    /// Hands back the tasks a batch claimed that no worker of this process started (waiting
+    /// again for any worker). Call once this process's workers have stopped.
+    public func handBackUnstarted() async {
+        let unstarted = claimed.takeAll()
+        guard !unstarted.isEmpty else { return }
+        // Not a child of the caller: a process being interrupted still hands them back.
+        await Task { await handBack(unstarted) }.value
+    }
+
+    private func handBack(_ unstarted: [ClaimedTasks.Waiting]) async {
+        for waiting in unstarted {
+            do {
+                _ = try await updated("cannot hand a pre-staging task back in PostgreSQL") {
+                    try await client.query(
+                        """
+                        UPDATE prestage_task SET state = 'waiting', worker = NULL, lease_expires_at = NULL,
+                            attempts = greatest(attempts - 1, 0)
+                        FROM \(unescaped: Self.asynchronousCommit)
+                        WHERE run_id = \(runId) AND download_id = \(waiting.task.downloadId) AND state = 'claimed'
+                          AND worker = \(waiting.owner)
+                        RETURNING 1
+                        """, logger: logger)
+                }
+            } catch {
+                logger.warning("cannot hand an unstarted pre-staging task back", metadata: ["error": "\(error)"])
+            }
         }
     }
 
     @discardableResult
     public func complete(_ task: PrestageTask, worker: String, outcome: PrestageOutcome) async throws -> Bool {
+        let owner = claimed.owner(of: task.downloadId, startedBy: worker)
+        defer { claimed.finish(task.downloadId, worker: worker) }
         if case .failed(let error) = outcome, error.code == .paused || error.code == .cancelled {
             // Interrupted here, not failed: hand it back for another worker (or this one, later).
             return try await updated("cannot hand a pre-staging task back in PostgreSQL") {
@@ -126,7 +192,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                     """
                     UPDATE prestage_task SET state = 'waiting', worker = NULL, lease_expires_at = NULL
                     FROM \(unescaped: Self.asynchronousCommit)
-                    WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
+                    WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(owner)
                     RETURNING 1
                     """, logger: logger)
             }
@@ -135,24 +201,21 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         if case .staged = outcome { state = "staged" } else { state = "failed" }
         let document = try Self.encode(outcome)
         defer { completions.signal() }
-        return try await updated("cannot record a pre-staging outcome in PostgreSQL") {
-            try await client.query(
-                """
-                UPDATE prestage_task SET state = \(state), outcome = \(document)::jsonb, lease_expires_at = NULL
-                FROM \(unescaped: Self.asynchronousCommit)
-                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
-                RETURNING 1
-                """, logger: logger)
+        do {
+            return try await records.record(.init(downloadId: task.downloadId, worker: owner, state: state, outcome: document))
+        } catch {
+            throw PostgresErrors.wrap(error, "cannot record a pre-staging outcome in PostgreSQL")
         }
     }
 
     public func renew(_ task: PrestageTask, worker: String) async throws -> Bool {
-        try await updated("cannot renew a pre-staging lease in PostgreSQL") {
+        let owner = claimed.owner(of: task.downloadId, startedBy: worker)
+        return try await updated("cannot renew a pre-staging lease in PostgreSQL") {
             try await client.query(
                 """
                 UPDATE prestage_task SET lease_expires_at = now() + make_interval(secs => \(leaseSeconds))
                 FROM \(unescaped: Self.asynchronousCommit)
-                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(worker)
+                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(owner)
                 RETURNING 1
                 """, logger: logger)
         }
@@ -160,9 +223,10 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
 
     public func awaitWork() async throws -> Bool {
         while true {
+            if claimed.hasWaiting { return true }
             let progress = try await self.progress()
             if progress.open == 0 { return false }
-            if progress.claimable > 0 { return true }
+            if progress.claimable > 0 || claimed.hasWaiting { return true }
             try await completions.wait(upTo: pollInterval)
         }
     }
@@ -233,6 +297,153 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         } catch {
             throw PostgresErrors.wrap(error, message)
         }
+    }
+}
+
+/// Tasks a batch claimed for this process: those waiting for a worker, and which worker started
+/// each one under which claiming worker's name (the name its row holds).
+final class ClaimedTasks: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+    struct Waiting: Sendable {
+        var task: PrestageTask
+        /// The worker whose claim took it (the row's `worker`).
+        var owner: String
+        var since: ContinuousClock.Instant
+    }
+
+    private let lock = NSLock()
+    private var waiting: [Waiting] = []
+    /// Started tasks claimed by another worker's batch: download id → (the worker running it, the row's owner).
+    private var started: [String: (worker: String, owner: String)] = [:]
+
+    /// Claim statements running.
+    private var claiming = 0
+
+    /// How many tasks the claim starting now may take: `batch` when no other claim is running
+    /// and none waits here, else 1.
+    func beginClaim(batch: Int) -> Int {
+        lock.withLock {
+            defer { claiming += 1 }
+            return claiming == 0 && waiting.isEmpty ? batch : 1
+        }
+    }
+
+    func endClaim() {
+        lock.withLock { claiming -= 1 }
+    }
+
+    func add(_ tasks: some Sequence<PrestageTask>, owner: String) {
+        let now = ContinuousClock.now
+        lock.withLock { waiting += tasks.map { Waiting(task: $0, owner: owner, since: now) } }
+    }
+
+    var hasWaiting: Bool {
+        lock.withLock { !waiting.isEmpty }
+    }
+
+    /// The next waiting task, now started by `worker`.
+    func take(for worker: String) -> Waiting? {
+        lock.withLock {
+            guard !waiting.isEmpty else { return nil }
+            let next = waiting.removeFirst()
+            started[next.task.downloadId] = (worker, next.owner)
+            return next
+        }
+    }
+
+    /// The name the row of `downloadId` holds while `worker` runs it.
+    func owner(of downloadId: String, startedBy worker: String) -> String {
+        lock.withLock {
+            guard let entry = started[downloadId], entry.worker == worker else { return worker }
+            return entry.owner
+        }
+    }
+
+    /// `worker` is done with `downloadId`.
+    func finish(_ downloadId: String, worker: String) {
+        lock.withLock {
+            if started[downloadId]?.worker == worker { started[downloadId] = nil }
+        }
+    }
+
+    /// Every waiting task, no longer waiting.
+    func takeAll() -> [Waiting] {
+        lock.withLock {
+            defer { waiting.removeAll() }
+            return waiting
+        }
+    }
+}
+
+/// Group commit of outcomes: a `record` that arrives while another statement runs waits for the
+/// next one, which records every outcome waiting by then in one `UPDATE … FROM unnest(…)`.
+final class RecordBatcher: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+    struct Record: Sendable {
+        var downloadId: String
+        /// The worker name the row must hold (a lost lease records nothing).
+        var worker: String
+        var state: String
+        /// The outcome as JSON.
+        var outcome: String
+    }
+
+    private let client: PostgresClient
+    private let runId: Int64
+    private let logger: Logger
+    private let lock = NSLock()
+    private var pending: [(Record, CheckedContinuation<Bool, any Error>)] = []
+    private var running = false
+
+    init(client: PostgresClient, runId: Int64, logger: Logger) {
+        self.client = client
+        self.runId = runId
+        self.logger = logger
+    }
+
+    /// Records `record`; false when the row is no longer claimed by its worker.
+    func record(_ record: Record) async throws -> Bool {
+        try await withCheckedThrowingContinuation { continuation in
+            let start: Bool = lock.withLock {
+                pending.append((record, continuation))
+                guard !running else { return false }
+                running = true
+                return true
+            }
+            if start { Task { await drain() } }
+        }
+    }
+
+    private func drain() async {
+        while true {
+            let batch: [(Record, CheckedContinuation<Bool, any Error>)] = lock.withLock {
+                defer { pending.removeAll() }
+                if pending.isEmpty { running = false }
+                return pending
+            }
+            if batch.isEmpty { return }
+            let records = batch.map(\.0)
+            do {
+                let recorded = try await write(records)
+                for (record, continuation) in batch { continuation.resume(returning: recorded.contains(record.downloadId)) }
+            } catch {
+                for (_, continuation) in batch { continuation.resume(throwing: error) }
+            }
+        }
+    }
+
+    /// One statement for every record; returns the download ids recorded.
+    private func write(_ records: [Record]) async throws -> Set<String> {
+        let rows = try await client.query(
+            """
+            UPDATE prestage_task AS t SET state = x.s, outcome = x.o::jsonb, lease_expires_at = NULL
+            FROM unnest(\(records.map(\.downloadId))::text[], \(records.map(\.worker))::text[], \(records.map(\.state))::text[],
+                        \(records.map(\.outcome))::text[]) AS x(d, w, s, o),
+                 \(unescaped: PostgresWorkQueue.asynchronousCommit)
+            WHERE t.run_id = \(runId) AND t.download_id = x.d AND t.state = 'claimed' AND t.worker = x.w
+            RETURNING t.download_id
+            """, logger: logger)
+        var recorded = Set<String>()
+        for try await id in rows.decode(String.self) { recorded.insert(id) }
+        return recorded
     }
 }
 

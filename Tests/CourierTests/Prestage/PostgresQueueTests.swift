@@ -103,6 +103,46 @@ struct PostgresQueueTests {
         }
     }
 
+    @Test("a batch claim serves idle workers; each records as itself; unstarted tasks are handed back; outcomes recorded together")
+    func batchClaim() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            try await PostgresSchema.migrate(client, logger: Self.logger)
+            var runId: Int64 = 0
+            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
+                runId = id
+            }
+            let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), claimBatch: 3, logger: Self.logger)
+            try await queue.enqueue((10..<14).map(queueTask))
+            // One statement claims three tasks under the first worker's name.
+            let first = try #require(try await queue.claim(worker: "a"))
+            #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE state = 'claimed' AND worker = 'a'") == "3")
+            // `b` starts one of them: its renewals and outcome count as the row's owner; another worker's do not.
+            let second = try #require(try await queue.claim(worker: "b"))
+            #expect(second.downloadId != first.downloadId)
+            #expect(try await queue.renew(second, worker: "b"))
+            #expect(try await queue.renew(second, worker: "c") == false)
+            #expect(try await queue.complete(second, worker: "c", outcome: .failed(CourierError(.network, "not mine"))) == false)
+            #expect(try await queue.complete(second, worker: "b", outcome: .staged(bytesFetched: 10, unpackedLength: nil)))
+            #expect(try await queue.complete(first, worker: "a", outcome: .staged(bytesFetched: 10, unpackedLength: nil)))
+            // The third was never started: handed back, it waits for any worker, its attempt not counted.
+            await queue.handBackUnstarted()
+            #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE state = 'waiting' AND attempts = 0") == "2")
+            let third = try #require(try await queue.claim(worker: "c"))
+            let fourth = try #require(try await queue.claim(worker: "d"))
+            #expect(try await queue.claim(worker: "e") == nil)
+            async let x = queue.complete(third, worker: "c", outcome: .staged(bytesFetched: 10, unpackedLength: 5))
+            async let y = queue.complete(fourth, worker: "d", outcome: .failed(CourierError(.integrity, "bad")))
+            #expect(try await [x, y] == [true, true])
+            let outcomes = try await queue.outcomes()
+            #expect(outcomes.count == 4)
+            #expect(outcomes[third.contentIdentifier] == .staged(bytesFetched: 10, unpackedLength: 5))
+            #expect(outcomes[fourth.contentIdentifier] == .failed(CourierError(.integrity, "bad")))
+            #expect(try await queue.awaitWork() == false)
+        }
+    }
+
     @Test("an interrupted worker hands its task back; a task whose workers keep dying fails after 5 leases")
     func handBackAndExhaustion() async throws {
         let server = try PostgresServer()
