@@ -241,7 +241,10 @@ public struct PrestageJob: Sendable {
 
     /// Claims, stages and records tasks until none is left. With a group sync (a shared queue),
     /// a staged package's record waits for a sync that covers it while the worker goes on with
-    /// its next task: at most one such record is pending per worker.
+    /// its next tasks: at most `maxPendingRecords` such records are pending per worker. A record
+    /// waits for at most two syncs whatever that bound (each sync covers every package published
+    /// before it started), so the bound only keeps a slow sync (a busy disk) from stopping the
+    /// worker after every package.
     private func work(worker: String, downloads: URL, sync: GroupSync?, events: @escaping @Sendable (PrestageEvent) -> Void) async {
         await withTaskGroup(of: Void.self) { pending in
             var outstanding = 0
@@ -272,7 +275,7 @@ public struct PrestageJob: Sendable {
                     await record(task, worker: worker, outcome: outcome, started: started, events: events)
                     continue
                 }
-                if outstanding > 0 {
+                if outstanding >= Self.maxPendingRecords {
                     await pending.next()
                     outstanding -= 1
                 }
@@ -289,6 +292,9 @@ public struct PrestageJob: Sendable {
             }
         }
     }
+
+    /// Staged packages per worker whose record waits for a sync (with a shared queue).
+    static let maxPendingRecords = 8
 
     /// Reports `outcome` (metrics, events) and records it in the queue.
     private func record(
