@@ -80,7 +80,10 @@ public final class CourierClient: Sendable {
             queue: queue,
             downloader: TransferDownloadStage(
                 engine: engine,
-                credentials: TransferDownloadStage.bearerCredentials(from: queue)
+                credentials: TransferDownloadStage.bearerCredentials(from: queue),
+                unpackedSpace: { [placement = configuration.placement] download in
+                    placement.unpackedSpace(packageLength: download.length, unpackedLength: download.unpackedLength)
+                }
             ),
             installer: PlacementInstallStage(placer: placer),
             notifier: webhook,

@@ -545,10 +545,8 @@ public final class ContentPlacer: Sendable {
     /// The bytes a delivery needs on disk besides the reserve: the download's remaining bytes plus
     /// the unpacked size (from the package or catalog, else `unpackedSizeFactor` × its length).
     public func spaceNeeded(remainingDownload: Int64, packageLength: Int64, unpackedLength: Int64?) -> Int64 {
-        // Saturating: the lengths come from a catalog and the factor from configuration.
-        let estimate = Double(max(packageLength, 0)) * placement.unpackedSizeFactor
-        let unpacked = unpackedLength ?? (estimate.isNaN || estimate <= 0 ? 0 : estimate >= Double(Int64.max) ? .max : Int64(estimate))
-        let (sum, overflow) = max(remainingDownload, 0).addingReportingOverflow(max(unpacked, 0))
+        let unpacked = placement.unpackedSpace(packageLength: packageLength, unpackedLength: unpackedLength)
+        let (sum, overflow) = max(remainingDownload, 0).addingReportingOverflow(unpacked)
         return overflow ? .max : sum
     }
 

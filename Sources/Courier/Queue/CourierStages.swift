@@ -9,15 +9,21 @@ public struct TransferDownloadStage: ContentDownloading {
     /// Per-download headers: a receipt-gated origin's credentials (`Authorization: Bearer` with
     /// the signed transaction that entitles the download). Never logged.
     public let credentials: @Sendable (DownloadRecord) -> [(String, String)]
+    /// The room a download's content will take once unpacked, kept free beside the download
+    /// from its first byte: the catalog's `unpackedLength`, else `placement.unpackedSizeFactor` ×
+    /// the package's length (`PlacementConfiguration.unpackedSpace`).
+    public let unpackedSpace: @Sendable (DownloadRecord) -> Int64
 
     public init(
         engine: TransferEngine,
         headers: [(String, String)] = [],
-        credentials: @escaping @Sendable (DownloadRecord) -> [(String, String)] = { _ in [] }
+        credentials: @escaping @Sendable (DownloadRecord) -> [(String, String)] = { _ in [] },
+        unpackedSpace: @escaping @Sendable (DownloadRecord) -> Int64 = { $0.unpackedLength ?? 0 }
     ) {
         self.engine = engine
         self.headers = headers
         self.credentials = credentials
+        self.unpackedSpace = unpackedSpace
     }
 
     /// Credentials from the queue: the signed transaction of the download's transaction, sent as
@@ -39,7 +45,7 @@ public struct TransferDownloadStage: ContentDownloading {
         var request = DownloadRequest(
             id: download.id, url: download.url, destination: destination,
             partialFile: URL(fileURLWithPath: download.partialPath), expectedLength: download.length,
-            expectedSHA256: download.sha256, headers: headers + credentials(download), additionalSpaceNeeded: download.unpackedLength ?? 0)
+            expectedSHA256: download.sha256, headers: headers + credentials(download), additionalSpaceNeeded: unpackedSpace(download))
         request.mirrors = download.mirrors
         let result = try await engine.download(request, journal: journal) { update in
             progress(

@@ -76,6 +76,35 @@ struct DeliverDiskFullTests {
         #expect(again.stdout.contains("already delivered"), "\(again.stdout)")
     }
 
+    @Test("no unpackedLength in the catalog: room for placement.unpackedSizeFactor x the package is kept before any byte")
+    func unpackedEstimateBeforeTheFirstByte() throws {
+        // A 3 MiB package (stored), 1 MiB reserve, a 9 MiB volume: the download alone fits, the
+        // default estimate (3 + 2 x 3 + 1 = 10 MiB) does not; with a factor of 1 (7 MiB) it does.
+        let shop = try Shop(payloadSize: 3 << 20)
+        defer { shop.stop() }
+        try smallReserve(shop)
+        guard try mountTmpfs(shop.storage, size: "9m", test: "unpackedEstimateBeforeTheFirstByte") else { return }
+        defer { unmount(shop.storage) }
+        let product = Shop.products[0]
+        let receipt = try shop.receipt([product])
+
+        let refused = try shop.courier(shop.deliverArguments(receipt) + ["--json"])
+        #expect(refused.status == 4, "\(refused.stderr)")
+        let paused = try onlyEntry(shop)
+        #expect((paused["error"] as? [String: Any])?["code"] as? String == "insufficientSpace", "\(paused)")
+        #expect(paused["bytesReceived"] as? Int ?? 0 == 0, "\(paused)")
+        #expect(!shop.nginx.accessLog().contains { $0.contains(".zip") })
+        #expect(!shop.isPlaced(product))
+
+        try Data("""
+            {"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRetries": 2, "initialBackoff": 0.1, "diskReserve": 1048576},
+             "placement": {"unpackedSizeFactor": 1}}
+            """.utf8).write(to: shop.directory.appending("courier.json"))
+        let resumed = try shop.courier(["resume", "--stalled"])
+        #expect(resumed.status == 0, "\(resumed.stdout)\(resumed.stderr)")
+        #expect(shop.isPlaced(product))
+    }
+
     @Test("the disk fills mid-download: paused with the partial kept (exit 4), filler deleted, resume --stalled delivers once")
     func fillsMidDownload() throws {
         let shop = try Shop(payloadSize: 4 << 20, rateLimit: "1m")
