@@ -2,9 +2,10 @@
 # 500 content packages of 200 KiB from nginx: `courier prestage --jobs 16` (fetch, verify SHA-256,
 # inspect, stage, publish), in one process and with the PostgreSQL queue (`--queue`), vs
 # `aria2c -j16` and `xargs -P16 -n50 curl -s --remote-name-all` (download only), in the same run
-# (release build). Prints mean times and ratios (goal: <= 2.5x xargs curl, with the queue as
-# well as without). Then a second prestage run with nothing new, and one worker against three
-# (`--queue`, one PostgreSQL) on BIG_COUNT packages of BIG_MIB MiB, against xargs curl.
+# (release build), and three worker processes on the queue (JOBS3 each). Prints mean times and
+# ratios (goal: <= 2.5x xargs curl, with the queue as well as without). Then a second prestage
+# run with nothing new, and one worker against three (`--queue`, one PostgreSQL) on BIG_COUNT
+# packages of BIG_MIB MiB, against xargs curl.
 # PostgreSQL runs from Debian's binaries (PG_BIN) as the postgres user in a temporary folder.
 # STRACE=1 counts sync and metadata syscalls per package instead (see below).
 set -euo pipefail
@@ -106,14 +107,31 @@ PY
   done
   exit 0
 fi
+# How each run's previous output goes: `rm -rf` (default), or with TRASH=1 moved aside and removed
+# at the end. On a journal-less ext4 a new inode skips every inode of its group freed in the last
+# 1-6 minutes (`recently_deleted`), so after `rm -rf` of the previous output each file created
+# costs a scan that grows with what was removed: courier creates three inodes per package (the
+# download, the manifest, the product folder), curl one. TRASH=1 measures without that scan.
+mkdir -p "$WORK/trash"
+cat > "$WORK/clear.sh" <<SH
+# clear.sh DIR [mkdir]: removes DIR (with TRASH, moves it into $WORK/trash) and makes it again.
+if [ -n "${TRASH:-}" ] && [ -e "\$1" ]; then mv "\$1" "$WORK/trash/\$\$"; else rm -rf "\$1"; fi
+[ -z "\${2:-}" ] || mkdir -p "\$1"
+SH
+CLEAR="sh $WORK/clear.sh"
+# Three worker processes share the same run, JOBS3 at a time each (default 6: 18 in all).
+JOBS3=${JOBS3:-6}
+QUEUE3="sh -c 'for i in 1 2 3; do $BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue3 --jobs $JOBS3 --json --queue $PG_URL --storage $WORK/st3-\$i >/dev/null & done; wait'"
 hyperfine -N --warmup 1 --runs "${RUNS:-5}" --export-json "$WORK/prestage.json" \
-  --prepare "rm -rf $WORK/out-courier" \
+  --prepare "$CLEAR $WORK/out-courier" \
   -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" \
-  --prepare "sh -c 'rm -rf $WORK/out-queue && $RESET_PG'" \
+  --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-queue'" \
   -n "courier prestage --queue --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue --jobs 16 --json --queue $PG_URL" \
-  --prepare "sh -c 'rm -rf $WORK/out-aria2 && mkdir -p $WORK/out-aria2'" \
+  --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-queue3'" \
+  -n "courier prestage --queue, 3 workers" "$QUEUE3" \
+  --prepare "$CLEAR $WORK/out-aria2 mkdir" \
   -n "aria2c -j16" "aria2c -q -j16 -x1 --allow-overwrite=true --auto-file-renaming=false -d $WORK/out-aria2 -i $WORK/urls.txt" \
-  --prepare "sh -c 'rm -rf $WORK/out-curl && mkdir -p $WORK/out-curl'" \
+  --prepare "$CLEAR $WORK/out-curl mkdir" \
   -n "xargs curl" "sh -c 'cd $WORK/out-curl && xargs -P16 -n50 curl -s --remote-name-all < $WORK/urls.txt'" >&2
 # Idempotent second run: nothing new to fetch.
 hyperfine -N --runs 5 --export-json "$WORK/again.json" \
@@ -153,9 +171,9 @@ ONE="$BIN prestage --catalog $WORK/big.json --dest $WORK/out-big --jobs $BIG_JOB
 # Three worker processes on the same run; the command ends when all three have.
 THREE="sh -c 'for i in 1 2 3; do $ONE --storage $WORK/st\$i >/dev/null & done; wait'"
 hyperfine -N --runs "${BIG_RUNS:-3}" --export-json "$WORK/workers.json" \
-  --prepare "sh -c 'rm -rf $WORK/out-big && $RESET_PG'" -n "1 worker" "$ONE" \
-  --prepare "sh -c 'rm -rf $WORK/out-big && $RESET_PG'" -n "3 workers" "$THREE" \
-  --prepare "sh -c 'rm -rf $WORK/out-bigcurl && mkdir -p $WORK/out-bigcurl'" \
+  --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-big'" -n "1 worker" "$ONE" \
+  --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-big'" -n "3 workers" "$THREE" \
+  --prepare "$CLEAR $WORK/out-bigcurl mkdir" \
   -n "xargs curl big" "sh -c 'cd $WORK/out-bigcurl && xargs -P$BIG_JOBS -n4 curl -s --remote-name-all < $WORK/big-urls.txt'" >&2
 
 python3 - "$WORK/prestage.json" "$WORK/again.json" "$COUNT" "$SIZE_KIB" "$WORK/workers.json" "$BIG_COUNT" "$BIG_MIB" "$BIG_JOBS" <<'PY'
@@ -163,9 +181,11 @@ import json, sys
 r = {x["command"]: x["mean"] for x in json.load(open(sys.argv[1]))["results"]}
 again = json.load(open(sys.argv[2]))["results"][0]["mean"]
 courier, queue, aria, curl = r["courier prestage --jobs 16"], r["courier prestage --queue --jobs 16"], r["aria2c -j16"], r["xargs curl"]
-print(f"prestage {sys.argv[3]} x {sys.argv[4]} KiB: courier {courier:.3f} s, with the PostgreSQL queue {queue:.3f} s, "
-      f"aria2c {aria:.3f} s, xargs curl {curl:.3f} s")
-print(f"courier/curl = {courier/curl:.2f}, queue/curl = {queue/curl:.2f} (goal <= 2.5); courier/aria2c = {courier/aria:.2f}")
+queue3 = r["courier prestage --queue, 3 workers"]
+print(f"prestage {sys.argv[3]} x {sys.argv[4]} KiB: courier {courier:.3f} s, with the PostgreSQL queue {queue:.3f} s "
+      f"(3 workers: {queue3:.3f} s), aria2c {aria:.3f} s, xargs curl {curl:.3f} s")
+print(f"courier/curl = {courier/curl:.2f}, queue/curl = {queue/curl:.2f}, 3 workers/curl = {queue3/curl:.2f} (goal <= 2.5); "
+      f"courier/aria2c = {courier/aria:.2f}")
 print(f"second run with nothing new: {again:.3f} s")
 w = {x["command"]: x["mean"] for x in json.load(open(sys.argv[5]))["results"]}
 one, three, bigcurl = w["1 worker"], w["3 workers"], w["xargs curl big"]
