@@ -90,33 +90,35 @@ run() {
   cat "$WORK/www/v2.zip" > /dev/null   # page cache warm for both updates
   sync
   : > "$WORK/access.log"
-  local start end written
-  start=$(date +%s.%N)
-  # The bytes the update wrote to storage (its write_bytes, from getrusage's ru_oublock).
-  written=$(python3 - "$WORK/update-$mode.out" "$BIN" update --catalog "$BASE/catalog-$mode.json" --trust-root "$TRUST" \
+  local elapsed written
+  # The update process's wall time (from fork to its exit, taken around it so the interpreter's
+  # own start is not counted) and the bytes it wrote to storage (its write_bytes, from
+  # getrusage's ru_oublock).
+  read -r elapsed written < <(python3 - "$WORK/update-$mode.out" "$BIN" update --catalog "$BASE/catalog-$mode.json" --trust-root "$TRUST" \
     --environment Sandbox --storage "$WORK/Storage" <<'PY'
-import os, sys
+import os, sys, time
 out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+start = time.monotonic()
 pid = os.fork()
 if pid == 0:
     os.dup2(out, 1)
     os.execv(sys.argv[2], sys.argv[2:])
 _, status, usage = os.wait4(pid, 0)
+elapsed = time.monotonic() - start
 if os.waitstatus_to_exitcode(status) != 0:
     sys.exit(f"update exited with {os.waitstatus_to_exitcode(status)}")
-print(usage.ru_oublock * 512)
+print(f"{elapsed:.4f} {usage.ru_oublock * 512}")
 PY
 )
-  end=$(date +%s.%N)
   local version
   version=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select version from delivered_content').fetchone()[0])" "$WORK/Storage/state.sqlite")
   [ "$version" = "2.0" ] || { echo "update ($mode) left version $version" >&2; exit 1; }
   sleep 0.2   # nginx writes a request's log line once it has sent the response
-  python3 - "$start" "$end" "$WORK/access.log" "$written" <<'PY'
+  python3 - "$elapsed" "$WORK/access.log" "$written" <<'PY'
 import sys
-start, end, log, written = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+elapsed, log, written = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 total = sum(int(line.split()[2]) for line in open(log) if "/v2." in line.split()[0])
-print(f"{end - start:.3f} {total} {written}")
+print(f"{elapsed:.3f} {total} {written}")
 PY
 }
 
