@@ -121,7 +121,7 @@ SH
 CLEAR="sh $WORK/clear.sh"
 # Three worker processes share the same run, JOBS3 at a time each (default 6: 18 in all).
 JOBS3=${JOBS3:-6}
-QUEUE3="sh -c 'for i in 1 2 3; do $BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue3 --jobs $JOBS3 --json --queue $PG_URL --storage $WORK/st3-\$i >/dev/null & done; wait'"
+QUEUE3="sh -c 'for i in 1 2 3; do $BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue3 --jobs $JOBS3 --json --queue $PG_URL --storage $WORK/st3-\$i >/dev/null & pids=\"\$pids \$!\"; done; for p in \$pids; do wait \$p || exit 1; done'"
 hyperfine -N --warmup 1 --runs "${RUNS:-5}" --export-json "$WORK/prestage.json" \
   --prepare "$CLEAR $WORK/out-courier" \
   -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" \
@@ -169,7 +169,7 @@ open(os.path.join(work, "big-urls.txt"), "w").write("\n".join(urls) + "\n")
 PY
 ONE="$BIN prestage --catalog $WORK/big.json --dest $WORK/out-big --jobs $BIG_JOBS --json --queue $PG_URL"
 # Three worker processes on the same run; the command ends when all three have.
-THREE="sh -c 'for i in 1 2 3; do $ONE --storage $WORK/st\$i >/dev/null & done; wait'"
+THREE="sh -c 'for i in 1 2 3; do $ONE --storage $WORK/st\$i >/dev/null & pids=\"\$pids \$!\"; done; for p in \$pids; do wait \$p || exit 1; done'"
 hyperfine -N --runs "${BIG_RUNS:-3}" --export-json "$WORK/workers.json" \
   --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-big'" -n "1 worker" "$ONE" \
   --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-big'" -n "3 workers" "$THREE" \
