@@ -360,11 +360,15 @@ public final class ContentPlacer: Sendable {
     /// the package, or a kill). After `placement.maxInterruptedInstalls` such attempts in a row,
     /// the install is refused with `integrity` and the count starts over, so a package that
     /// crashes Courier cannot crash it forever (an agent would otherwise retry it at every start).
+    ///
+    /// The row is written and removed by lazy commits: what it counts are process deaths, which
+    /// leave the WAL's unsynced pages to the kernel; a power cut may lose the row, which only
+    /// means one interruption not counted (or one counted for an install that ended).
     func beginAttempt(_ contentIdentifier: String, package: String, lockId: String, placement target: Catalog.Placement) throws {
         let limit = placement.maxInterruptedInstalls
         let interrupted: Int
         do {
-            interrupted = try store.pool.write { db -> Int in
+            interrupted = try store.write(durable: false) { db -> Int in
                 var count = 0
                 if let row = try ContentInstallAttempt.fetchOne(db, key: contentIdentifier), row.package == package {
                     let lockFile = self.stagingFolder(row.placement).appendingPathComponent("\(row.lockId).lock")
@@ -400,7 +404,7 @@ public final class ContentPlacer: Sendable {
     /// Ends the attempt `lockId` (installed, or refused with an error): its row goes.
     func endAttempt(_ contentIdentifier: String, lockId: String) {
         do {
-            try write { db in
+            try store.write(durable: false) { db in
                 _ = try ContentInstallAttempt.filter(Column("contentIdentifier") == contentIdentifier && Column("lockId") == lockId)
                     .deleteAll(db)
             }

@@ -59,7 +59,8 @@ public final class StateStore: Sendable {
     /// may lack the last lazy commits, as if they had not happened yet). Lazy commits are for
     /// what may be lost without harm and is never reported as done: progress, heartbeats,
     /// claims, lease releases, resume-journal checkpoints (the partial file is synced first, so
-    /// an older journal only means fetching a few bytes again).
+    /// an older journal only means fetching a few bytes again), install-attempt markers (they
+    /// count process deaths, which a lazy commit survives).
     public func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         if durable { return try pool.write(body) }
         return try pool.writeWithoutTransaction { db in
