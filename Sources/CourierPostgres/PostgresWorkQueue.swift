@@ -2,6 +2,7 @@ import Courier
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// One pre-staging run's tasks in PostgreSQL (`prestage_task`), shared by every worker of every
 /// process that joined the run (docs/scaling.md).
@@ -290,7 +291,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
 
 /// Tasks a batch claimed for this process: those waiting for a worker, and which worker started
 /// each one under which claiming worker's name (the name its row holds).
-final class ClaimedTasks: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+final class ClaimedTasks: Sendable {
     struct Waiting: Sendable {
         var task: PrestageTask
         /// The worker whose claim took it (the row's `worker`).
@@ -298,73 +299,76 @@ final class ClaimedTasks: @unchecked Sendable {  // @unchecked: the state is gua
         var since: ContinuousClock.Instant
     }
 
-    private let lock = NSLock()
-    private var waiting: [Waiting] = []
-    /// Started tasks claimed by another worker's batch: download id → (the worker running it, the row's owner).
-    private var started: [String: (worker: String, owner: String)] = [:]
+    private struct State {
+        var waiting: [Waiting] = []
+        /// Started tasks claimed by another worker's batch: download id → (the worker running it, the row's owner).
+        var started: [String: (worker: String, owner: String)] = [:]
+        /// Claim statements running.
+        var claiming = 0
+    }
 
-    /// Claim statements running.
-    private var claiming = 0
+    private let state = Mutex(State())
 
     /// How many tasks the claim starting now may take: `batch` when no other claim is running
     /// and none waits here, else 1.
     func beginClaim(batch: Int) -> Int {
-        lock.withLock {
-            defer { claiming += 1 }
-            return claiming == 0 && waiting.isEmpty ? batch : 1
+        state.withLock { state in
+            defer { state.claiming += 1 }
+            return state.claiming == 0 && state.waiting.isEmpty ? batch : 1
         }
     }
 
     func endClaim() {
-        lock.withLock { claiming -= 1 }
+        state.withLock { $0.claiming -= 1 }
     }
 
     func add(_ tasks: some Sequence<PrestageTask>, owner: String) {
         let now = ContinuousClock.now
-        lock.withLock { waiting += tasks.map { Waiting(task: $0, owner: owner, since: now) } }
+        let added = tasks.map { Waiting(task: $0, owner: owner, since: now) }
+        state.withLock { $0.waiting += added }
     }
 
     var hasWaiting: Bool {
-        lock.withLock { !waiting.isEmpty }
+        state.withLock { !$0.waiting.isEmpty }
     }
 
     /// The next waiting task, now started by `worker`.
     func take(for worker: String) -> Waiting? {
-        lock.withLock {
-            guard !waiting.isEmpty else { return nil }
-            let next = waiting.removeFirst()
-            started[next.task.downloadId] = (worker, next.owner)
+        state.withLock { state in
+            guard !state.waiting.isEmpty else { return nil }
+            let next = state.waiting.removeFirst()
+            state.started[next.task.downloadId] = (worker, next.owner)
             return next
         }
     }
 
     /// The name the row of `downloadId` holds while `worker` runs it.
     func owner(of downloadId: String, startedBy worker: String) -> String {
-        lock.withLock {
-            guard let entry = started[downloadId], entry.worker == worker else { return worker }
+        state.withLock { state in
+            guard let entry = state.started[downloadId], entry.worker == worker else { return worker }
             return entry.owner
         }
     }
 
     /// `worker` is done with `downloadId`.
     func finish(_ downloadId: String, worker: String) {
-        lock.withLock {
-            if started[downloadId]?.worker == worker { started[downloadId] = nil }
+        state.withLock { state in
+            if state.started[downloadId]?.worker == worker { state.started[downloadId] = nil }
         }
     }
 
     /// Every waiting task, no longer waiting.
     func takeAll() -> [Waiting] {
-        lock.withLock {
-            defer { waiting.removeAll() }
-            return waiting
+        state.withLock { state in
+            defer { state.waiting.removeAll() }
+            return state.waiting
         }
     }
 }
 
 /// Group commit of outcomes: a `record` that arrives while another statement runs waits for the
 /// next one, which records every outcome waiting by then in one `UPDATE … FROM unnest(…)`.
-final class RecordBatcher: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+final class RecordBatcher: Sendable {
     struct Record: Sendable {
         var downloadId: String
         /// The worker name the row must hold (a lost lease records nothing).
@@ -377,9 +381,13 @@ final class RecordBatcher: @unchecked Sendable {  // @unchecked: the state is gu
     private let client: PostgresClient
     private let runId: Int64
     private let logger: Logger
-    private let lock = NSLock()
-    private var pending: [(Record, CheckedContinuation<Bool, any Error>)] = []
-    private var running = false
+    private struct State {
+        var pending: [(Record, CheckedContinuation<Bool, any Error>)] = []
+        /// Whether a `drain` is writing (the next `record` then only queues).
+        var running = false
+    }
+
+    private let state = Mutex(State())
 
     init(client: PostgresClient, runId: Int64, logger: Logger) {
         self.client = client
@@ -390,10 +398,10 @@ final class RecordBatcher: @unchecked Sendable {  // @unchecked: the state is gu
     /// Records `record`; false when the row is no longer claimed by its worker.
     func record(_ record: Record) async throws -> Bool {
         try await withCheckedThrowingContinuation { continuation in
-            let start: Bool = lock.withLock {
-                pending.append((record, continuation))
-                guard !running else { return false }
-                running = true
+            let start: Bool = state.withLock { state in
+                state.pending.append((record, continuation))
+                guard !state.running else { return false }
+                state.running = true
                 return true
             }
             if start { Task { await drain() } }
@@ -402,10 +410,10 @@ final class RecordBatcher: @unchecked Sendable {  // @unchecked: the state is gu
 
     private func drain() async {
         while true {
-            let batch: [(Record, CheckedContinuation<Bool, any Error>)] = lock.withLock {
-                defer { pending.removeAll() }
-                if pending.isEmpty { running = false }
-                return pending
+            let batch: [(Record, CheckedContinuation<Bool, any Error>)] = state.withLock { state in
+                defer { state.pending.removeAll() }
+                if state.pending.isEmpty { state.running = false }
+                return state.pending
             }
             if batch.isEmpty { return }
             let records = batch.map(\.0)
