@@ -242,7 +242,7 @@ public final class DeliveryPipeline: Sendable {
                 content = placed
             } else {
                 let file = try await supervised(record.id, stoppable: true, transfer)
-                if let current = try queue.download(record.id), current.state == .cancelled {
+                if try queue.downloadState(record.id) == .cancelled {
                     throw CourierError(.cancelled, "cancelled")
                 }
                 let installer = self.installer
@@ -317,7 +317,7 @@ public final class DeliveryPipeline: Sendable {
             }
             if let events {
                 group.addTask {
-                    if let state = try? queue.download(id)?.state, state != .active { return nil }
+                    if let state = try? queue.downloadState(id), state != .active { return nil }
                     for await case .updatedDownloads(let records) in events
                     where records.contains(where: { $0.id == id && $0.state != .active }) {
                         return nil

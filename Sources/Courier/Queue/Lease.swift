@@ -71,13 +71,24 @@ public struct Lease: Sendable, Equatable, Codable {
         return false
     }
 
-    init(row: Row) {
-        let heartbeat: Double = row["heartbeatAt"]
-        downloadId = row["downloadId"]
-        owner = LeaseOwner(pid: row["ownerPid"], startTime: row["ownerStartTime"], host: row["host"], token: row["token"])
-        acquiredAt = Date(timeIntervalSince1970: row["acquiredAt"])
-        heartbeatAt = Date(timeIntervalSince1970: heartbeat)
-        expiresAt = Date(timeIntervalSince1970: row["expiresAt"])
+    /// The columns of `leases` in the order `init(row:at:)` reads them (read by index: see
+    /// `QueueStore.transactionColumnNames`).
+    static let columnNames = ["downloadId", "ownerPid", "ownerStartTime", "host", "token", "acquiredAt", "heartbeatAt", "expiresAt"]
+
+    /// `columnNames` as a select list, each name after `prefix` (a table alias and a dot).
+    static func columns(_ prefix: String = "") -> String {
+        columnNames.map { prefix + $0 }.joined(separator: ", ")
+    }
+
+    static let selectColumns = columns()
+
+    /// The lease in `row`, whose columns from `offset` on are `columns`.
+    init(row: Row, at offset: Int = 0) {
+        downloadId = row[offset]
+        owner = LeaseOwner(pid: row[offset + 1], startTime: row[offset + 2], host: row[offset + 3], token: row[offset + 4])
+        acquiredAt = Date(timeIntervalSince1970: row[offset + 5])
+        heartbeatAt = Date(timeIntervalSince1970: row[offset + 6])
+        expiresAt = Date(timeIntervalSince1970: row[offset + 7])
     }
 }
 
@@ -96,7 +107,8 @@ public struct LeaseManager: Sendable {
 
     /// The lease on `downloadId`, if any.
     public static func lease(_ db: Database, downloadId: String) throws -> Lease? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM leases WHERE downloadId = ?"), arguments: [downloadId]).map(Lease.init)
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Lease.selectColumns) FROM leases WHERE downloadId = ?"), arguments: [downloadId])
+            .map { Lease(row: $0) }
     }
 
     /// Takes the lease on `downloadId` inside the caller's transaction: free, ours already, or
@@ -111,18 +123,25 @@ public struct LeaseManager: Sendable {
                 "download \(downloadId) is being worked by process \(existing.owner.pid) on \(existing.owner.host)",
                 hint: "pause or cancel it there, or wait for its lease to expire")
         }
-        let expires = now.addingTimeInterval(duration)
+        return try take(db, downloadId: downloadId, now: now)
+    }
+
+    /// Writes this owner's lease on `downloadId` inside the caller's transaction, replacing any:
+    /// for a caller that has just read the lease and found it free, ours or stale. Returns the
+    /// lease as written (the times as stored: seconds since 1970).
+    @discardableResult
+    func take(_ db: Database, downloadId: String, now: Date = Date()) throws -> Lease {
+        let acquired = now.timeIntervalSince1970
+        let expires = now.addingTimeInterval(duration).timeIntervalSince1970
         try db.cachedStatement(sql: """
                 INSERT OR REPLACE INTO leases (downloadId, ownerPid, ownerStartTime, host, token, acquiredAt, heartbeatAt, expiresAt)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [
-                downloadId, owner.pid, owner.startTime, owner.host, owner.token, now.timeIntervalSince1970,
-                now.timeIntervalSince1970, expires.timeIntervalSince1970,
+                downloadId, owner.pid, owner.startTime, owner.host, owner.token, acquired, acquired, expires,
             ])
-        guard let lease = try Self.lease(db, downloadId: downloadId) else {
-            throw CourierError(.internal, "the lease on \(downloadId) vanished inside its transaction")
-        }
-        return lease
+        return Lease(
+            downloadId: downloadId, owner: owner, acquiredAt: Date(timeIntervalSince1970: acquired),
+            heartbeatAt: Date(timeIntervalSince1970: acquired), expiresAt: Date(timeIntervalSince1970: expires))
     }
 
     /// Renews our lease on `downloadId`; returns false when we no longer hold it.

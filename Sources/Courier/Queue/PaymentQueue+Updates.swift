@@ -103,7 +103,7 @@ extension PaymentQueue {
     /// what an update checks entitlements against.
     public func verifiedTransactions() throws -> [VerifiedTransaction] {
         try read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM transactions ORDER BY createdAt, id"))
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT \(QueueStore.transactionColumns()) FROM transactions ORDER BY createdAt, id"))
                 .map { try QueueStore.transaction($0).verified }
         }
     }
@@ -113,10 +113,11 @@ extension PaymentQueue {
         try read { db in
             try Row.fetchAll(
                 db.cachedStatement(sql: """
-                    SELECT * FROM downloads WHERE updateFrom IS NOT NULL AND state NOT IN ('finished', 'cancelled')
+                    SELECT \(QueueStore.downloadColumns()) FROM downloads
+                    WHERE updateFrom IS NOT NULL AND state NOT IN ('finished', 'cancelled')
                     ORDER BY createdAt, id
                     """)
-            ).map(QueueStore.download)
+            ).map { try QueueStore.download($0) }
         }
     }
 }

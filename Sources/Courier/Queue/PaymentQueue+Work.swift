@@ -83,7 +83,8 @@ extension PaymentQueue {
                 var machine = DownloadStateMachine(record: record)
                 if record.state == .active { _ = try machine.handle(.ownerDied) }
                 _ = try machine.handle(.start)
-                try self.leases.acquire(db, downloadId: id, now: now)
+                // The lease was read above and is free or stale: taken without reading it again.
+                try self.leases.take(db, downloadId: id, now: now)
                 record.apply(machine, at: now)
                 try QueueStore.updateState(db, download: record)
                 return (record, [.updatedDownloads([record])])
@@ -153,6 +154,12 @@ extension PaymentQueue {
     /// The unfinished downloads of unfinished transactions in `scope`, oldest first.
     func unfinishedDownloads(scope: DeliveryScope) throws -> [DownloadRecord] {
         try read { db in try QueueStore.unfinishedDownloads(db, scope: scope) }
+    }
+
+    /// The state of `downloadId` alone, nil when there is no such download (what the pipeline
+    /// checks between its stages: one column, not the whole record).
+    func downloadState(_ downloadId: String) throws -> DownloadState? {
+        try read { db in try QueueStore.downloadState(db, id: downloadId) }
     }
 
     /// Whether this process holds the lease on `downloadId`.

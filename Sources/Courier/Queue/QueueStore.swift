@@ -21,31 +21,50 @@ enum QueueStore {
 
     // MARK: Transactions
 
-    static func transaction(_ row: Row) throws -> TransactionRecord {
-        let json: String = row["verified"]
+    /// The columns of `transactions` in the order `transaction(_:at:)` reads them: a query lists
+    /// them (`transactionColumns`) and the row is read by index. (GRDB finds a column of a
+    /// fetched row by name with a case-insensitive scan of every column, which cost more than
+    /// the query itself for a row as wide as a download's.)
+    static let transactionColumnNames = [
+        "id", "originalTransactionId", "productId", "state", "restored", "verified", "errorCode", "errorMessage",
+        "createdAt", "updatedAt", "finishedAt",
+    ]
+
+    /// `transactionColumnNames` as a select list, each name after `prefix` (a table alias and a dot).
+    static func transactionColumns(_ prefix: String = "") -> String {
+        prefix.isEmpty ? transactionSelect : transactionColumnNames.map { prefix + $0 }.joined(separator: ", ")
+    }
+
+    private static let transactionSelect = transactionColumnNames.joined(separator: ", ")
+
+    /// The transaction in `row`, whose columns from `offset` on are `transactionColumns`.
+    static func transaction(_ row: Row, at offset: Int = 0) throws -> TransactionRecord {
+        let json: String = row[offset + 5]
         let verified: VerifiedTransaction
         do {
             verified = try decoder.decode(VerifiedTransaction.self, from: Data(json.utf8))
         } catch {
             throw CourierError(.internal, "a stored transaction is unreadable", cause: "\(error)")
         }
-        let stateText: String = row["state"]
+        let stateText: String = row[offset + 3]
         guard let state = TransactionState(rawValue: stateText) else {
             throw CourierError(.internal, "a stored transaction has an unknown state \(stateText)")
         }
-        let errorCode: String? = row["errorCode"]
-        let finishedAt: Double? = row["finishedAt"]
+        let errorCode: String? = row[offset + 6]
+        let finishedAt: Double? = row[offset + 10]
         return TransactionRecord(
-            id: row["id"], originalTransactionId: row["originalTransactionId"], productId: row["productId"],
-            state: state, restored: row["restored"], verified: verified,
-            errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row["errorMessage"],
-            createdAt: Date(timeIntervalSince1970: row["createdAt"]),
-            updatedAt: Date(timeIntervalSince1970: row["updatedAt"]),
+            id: row[offset], originalTransactionId: row[offset + 1], productId: row[offset + 2],
+            state: state, restored: row[offset + 4], verified: verified,
+            errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row[offset + 7],
+            createdAt: Date(timeIntervalSince1970: row[offset + 8]),
+            updatedAt: Date(timeIntervalSince1970: row[offset + 9]),
             finishedAt: finishedAt.map(Date.init(timeIntervalSince1970:)))
     }
 
     static func fetchTransaction(_ db: Database, id: String) throws -> TransactionRecord? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM transactions WHERE id = ?"), arguments: [id]).map(transaction)
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT \(transactionColumns()) FROM transactions WHERE id = ?"), arguments: [id]
+        ).map { try transaction($0) }
     }
 
     static func insert(_ db: Database, transaction t: TransactionRecord) throws {
@@ -78,38 +97,60 @@ enum QueueStore {
 
     // MARK: Downloads
 
-    static func download(_ row: Row) throws -> DownloadRecord {
-        let stateText: String = row["state"]
-        let placementText: String = row["placement"]
-        let urlText: String = row["url"]
+    /// The columns of `downloads` in the order `download(_:at:)` reads them (see
+    /// `transactionColumnNames`).
+    static let downloadColumnNames = [
+        "id", "transactionId", "contentIdentifier", "productId", "url", "sha256", "length", "version", "placement",
+        "unpackedLength", "state", "pauseReason", "progress", "bytesReceived", "rate", "timeRemaining", "lastProgressAt",
+        "errorCode", "errorMessage", "etag", "lastModified", "totalLength", "durableOffset", "partialPath", "contentURL",
+        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest",
+    ]
+
+    /// `downloadColumnNames` as a select list, each name after `prefix` (a table alias and a dot).
+    static func downloadColumns(_ prefix: String = "") -> String {
+        switch prefix {
+        case "": return downloadSelect
+        case "d.": return downloadSelectD
+        default: return downloadColumnNames.map { prefix + $0 }.joined(separator: ", ")
+        }
+    }
+
+    private static let downloadSelect = downloadColumnNames.joined(separator: ", ")
+    private static let downloadSelectD = downloadColumnNames.map { "d." + $0 }.joined(separator: ", ")
+
+    /// The download in `row`, whose columns from `offset` on are `downloadColumns`.
+    static func download(_ row: Row, at offset: Int = 0) throws -> DownloadRecord {
+        let stateText: String = row[offset + 10]
+        let placementText: String = row[offset + 8]
+        let urlText: String = row[offset + 4]
         guard let state = DownloadState(rawValue: stateText), let placement = Catalog.Placement(rawValue: placementText),
             let url = URL(string: urlText)
         else {
             throw CourierError(.internal, "a stored download is unreadable", cause: "state \(stateText), placement \(placementText)")
         }
-        let errorCode: String? = row["errorCode"]
-        let pauseReason: String? = row["pauseReason"]
-        let contentPath: String? = row["contentURL"]
-        let lastProgressAt: Double? = row["lastProgressAt"]
+        let pauseReason: String? = row[offset + 11]
+        let lastProgressAt: Double? = row[offset + 16]
+        let errorCode: String? = row[offset + 17]
+        let contentPath: String? = row[offset + 24]
         var record = DownloadRecord(
-            id: row["id"], transactionId: row["transactionId"], contentIdentifier: row["contentIdentifier"],
-            productId: row["productId"], url: url, sha256: row["sha256"], length: row["length"],
-            version: row["version"], placement: placement, unpackedLength: row["unpackedLength"], state: state,
-            pauseReason: pauseReason.map(PauseReason.init(stored:)), progress: row["progress"], bytesReceived: row["bytesReceived"],
-            rate: row["rate"], timeRemaining: row["timeRemaining"],
+            id: row[offset], transactionId: row[offset + 1], contentIdentifier: row[offset + 2],
+            productId: row[offset + 3], url: url, sha256: row[offset + 5], length: row[offset + 6],
+            version: row[offset + 7], placement: placement, unpackedLength: row[offset + 9], state: state,
+            pauseReason: pauseReason.map(PauseReason.init(stored:)), progress: row[offset + 12],
+            bytesReceived: row[offset + 13], rate: row[offset + 14], timeRemaining: row[offset + 15],
             lastProgressAt: lastProgressAt.map(Date.init(timeIntervalSince1970:)),
-            errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row["errorMessage"],
-            etag: row["etag"], lastModified: row["lastModified"], totalLength: row["totalLength"],
-            durableOffset: row["durableOffset"], partialPath: row["partialPath"],
+            errorCode: errorCode.map(CourierError.Code.init(rawValue:)), errorMessage: row[offset + 18],
+            etag: row[offset + 19], lastModified: row[offset + 20], totalLength: row[offset + 21],
+            durableOffset: row[offset + 22], partialPath: row[offset + 23],
             contentURL: contentPath.map { URL(fileURLWithPath: $0) },
-            createdAt: Date(timeIntervalSince1970: row["createdAt"]),
-            updatedAt: Date(timeIntervalSince1970: row["updatedAt"]))
-        record.updateFrom = row["updateFrom"]
-        let mirrors: String? = row["mirrors"]
+            createdAt: Date(timeIntervalSince1970: row[offset + 25]),
+            updatedAt: Date(timeIntervalSince1970: row[offset + 26]))
+        record.updateFrom = row[offset + 27]
+        let mirrors: String? = row[offset + 28]
         record.mirrors = mirrors.map(decodeMirrors) ?? []
-        let source: String? = row["source"]
+        let source: String? = row[offset + 29]
         record.source = source.flatMap(URL.init(string:))
-        let manifest: String? = row["manifest"]
+        let manifest: String? = row[offset + 30]
         record.manifest = manifest.flatMap { try? decoder.decode(ManifestReference.self, from: Data($0.utf8)) }
         return record
     }
@@ -131,13 +172,15 @@ enum QueueStore {
     }
 
     static func fetchDownload(_ db: Database, id: String) throws -> DownloadRecord? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM downloads WHERE id = ?"), arguments: [id]).map(download)
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(downloadColumns()) FROM downloads WHERE id = ?"), arguments: [id])
+            .map { try download($0) }
     }
 
     static func fetchDownloads(_ db: Database, transactionId: String) throws -> [DownloadRecord] {
         try Row.fetchAll(
-            db.cachedStatement(sql: "SELECT * FROM downloads WHERE transactionId = ? ORDER BY createdAt, id"), arguments: [transactionId]
-        ).map(download)
+            db.cachedStatement(sql: "SELECT \(downloadColumns()) FROM downloads WHERE transactionId = ? ORDER BY createdAt, id"),
+            arguments: [transactionId]
+        ).map { try download($0) }
     }
 
     static func insert(_ db: Database, download d: DownloadRecord) throws {
@@ -203,8 +246,8 @@ enum QueueStore {
     /// Every transaction not yet finished, oldest first.
     static func unfinishedTransactions(_ db: Database) throws -> [TransactionRecord] {
         try Row.fetchAll(
-            db.cachedStatement(sql: "SELECT * FROM transactions WHERE state != 'finished' ORDER BY createdAt, id")
-        ).map(transaction)
+            db.cachedStatement(sql: "SELECT \(transactionColumns()) FROM transactions WHERE state != 'finished' ORDER BY createdAt, id")
+        ).map { try transaction($0) }
     }
 
     /// The downloads an id names: a download id, a transaction id (all its downloads), or an
@@ -270,11 +313,11 @@ enum QueueStore {
         let (condition, arguments) = condition(scope)
         return try Row.fetchAll(
             db.cachedStatement(sql: """
-                SELECT l.* FROM downloads d JOIN leases l ON l.downloadId = d.id
+                SELECT \(Lease.columns("l.")) FROM downloads d JOIN leases l ON l.downloadId = d.id
                 WHERE d.state IN ('waiting', 'active', 'paused') AND \(condition)
                 """),
             arguments: arguments
-        ).map(Lease.init)
+        ).map { Lease(row: $0) }
     }
 
     static func downloadState(_ db: Database, id: String) throws -> DownloadState? {
@@ -331,12 +374,12 @@ enum QueueStore {
         let (condition, arguments) = condition(scope)
         return try Row.fetchAll(
             db.cachedStatement(sql: """
-                SELECT d.* FROM downloads d JOIN transactions t ON t.id = d.transactionId
+                SELECT \(downloadColumns("d.")) FROM downloads d JOIN transactions t ON t.id = d.transactionId
                 WHERE d.state != 'finished' AND (t.state != 'finished' OR d.updateFrom IS NOT NULL) AND \(condition)
                 ORDER BY d.createdAt, d.id
                 """),
             arguments: arguments
-        ).map(download)
+        ).map { try download($0) }
     }
 
     /// One row of `courier list`: a transaction, one of its downloads (none when it has no
@@ -356,34 +399,29 @@ enum QueueStore {
     static func entries(_ db: Database, includeFinished: Bool, _ body: (EntryRow) throws -> Void) throws {
         let rows = try Row.fetchCursor(
             db.cachedStatement(sql: """
-                SELECT t.id AS t_id, t.productId AS t_productId, t.state AS t_state, t.createdAt AS t_createdAt,
-                    json_extract(t.verified, '$.revocationDate') IS NOT NULL AS t_revoked,
-                    l.downloadId AS l_downloadId, l.ownerPid AS l_ownerPid, l.ownerStartTime AS l_ownerStartTime,
-                    l.host AS l_host, l.token AS l_token, l.acquiredAt AS l_acquiredAt,
-                    l.heartbeatAt AS l_heartbeatAt, l.expiresAt AS l_expiresAt, d.*
+                SELECT t.id, t.productId, t.state, t.createdAt,
+                    json_extract(t.verified, '$.revocationDate') IS NOT NULL,
+                    \(Lease.columns("l.")), \(downloadColumns("d."))
                 FROM transactions t
                 LEFT JOIN downloads d ON d.transactionId = t.id
                 LEFT JOIN leases l ON l.downloadId = d.id
                 \(includeFinished ? "" : "WHERE t.state != 'finished' OR (d.updateFrom IS NOT NULL AND d.state NOT IN ('finished', 'cancelled'))")
                 ORDER BY t.createdAt, t.id, d.createdAt, d.id
                 """))
+        // Columns: the transaction's 5, the lease's (NULL without one), then the download's (NULL
+        // for a transaction without content).
+        let downloadOffset = 5 + Lease.columnNames.count
         while let row = try rows.next() {
-            let stateText: String = row["t_state"]
-            var lease: Lease?
-            if let leaseId: String = row["l_downloadId"] {
-                lease = Lease(
-                    downloadId: leaseId,
-                    owner: LeaseOwner(pid: row["l_ownerPid"], startTime: row["l_ownerStartTime"], host: row["l_host"], token: row["l_token"]),
-                    acquiredAt: Date(timeIntervalSince1970: row["l_acquiredAt"]),
-                    heartbeatAt: Date(timeIntervalSince1970: row["l_heartbeatAt"]),
-                    expiresAt: Date(timeIntervalSince1970: row["l_expiresAt"]))
-            }
+            let stateText: String = row[2]
+            let leaseId: String? = row[5]
+            let downloadId: String? = row[downloadOffset]
             try body(
                 EntryRow(
-                    transactionId: row["t_id"], productId: row["t_productId"],
-                    transactionState: TransactionState(rawValue: stateText) ?? .failed, revoked: row["t_revoked"],
-                    transactionCreatedAt: Date(timeIntervalSince1970: row["t_createdAt"]),
-                    download: (row["id"] as String?) == nil ? nil : try download(row), lease: lease))
+                    transactionId: row[0], productId: row[1],
+                    transactionState: TransactionState(rawValue: stateText) ?? .failed, revoked: row[4],
+                    transactionCreatedAt: Date(timeIntervalSince1970: row[3]),
+                    download: downloadId == nil ? nil : try download(row, at: downloadOffset),
+                    lease: leaseId == nil ? nil : Lease(row: row, at: 5)))
         }
     }
 }
