@@ -47,6 +47,9 @@ public struct TransferDownloadStage: ContentDownloading {
             partialFile: URL(fileURLWithPath: download.partialPath), expectedLength: download.length,
             expectedSHA256: download.sha256, headers: headers + credentials(download), additionalSpaceNeeded: unpackedSpace(download))
         request.mirrors = download.mirrors
+        // `PaymentQueue.installed` resets the journal in the commit that records the download
+        // placed (and a failure that drops the package resets it too): no write of its own here.
+        request.resetsJournalWhenPlaced = false
         let result = try await engine.download(request, journal: journal) { update in
             progress(
                 DownloadProgress(

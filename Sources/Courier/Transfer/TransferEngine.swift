@@ -26,6 +26,11 @@ public struct DownloadRequest: Sendable {
     public var mirrors: [URL] = []
     /// When the finished file is made durable. Default `onCompletion`.
     public var durability: DownloadDurability = .onCompletion
+    /// Whether `download` resets the journal once the file is at `destination` (default). The
+    /// queue resets a download's journal itself, in the commit that records it installed, and
+    /// turns this off to spare a write per download: a journal left in the meantime names a
+    /// partial file that is gone (renamed to `destination`), which the next open discards.
+    public var resetsJournalWhenPlaced = true
 
     public init(
         id: String,
@@ -162,7 +167,8 @@ public final class TransferEngine: Sendable {
     /// Resumes from `journal` when it holds a checkpoint for `request.id` (and the partial file
     /// backs it). Fails with `.insufficientSpace` (partial data kept), `.integrity` (length or
     /// SHA-256 mismatch; the bad file is removed and the next call starts over), `.network`,
-    /// `.serverRejected` (401) or `.notEntitled` (403). On success the journal is removed.
+    /// `.serverRejected` (401) or `.notEntitled` (403). On success the journal is removed (unless
+    /// the request leaves that to its caller: `resetsJournalWhenPlaced`).
     /// `retrying` hears each retry as it is scheduled (before the wait), so a front end can say it.
     public func download(
         _ request: DownloadRequest,
@@ -262,7 +268,7 @@ public final class TransferEngine: Sendable {
         }
         try await Self.onQueue(queue) {
             try Self.place(request)
-            try store.remove(downloadId: request.id)
+            if request.resetsJournalWhenPlaced { try store.remove(downloadId: request.id) }
         }
         logger.debug("download finished", metadata: ["length": "\(length)", "fetched": "\(fetched)"])
         var result = DownloadResult(
