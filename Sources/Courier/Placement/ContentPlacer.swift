@@ -103,7 +103,9 @@ public final class ContentPlacer: Sendable {
             contentIdentifier, package: Self.fingerprint(package, verifiedSHA256: verifiedSHA256), lockId: id,
             placement: target
         )
-        defer { endAttempt(contentIdentifier, lockId: id) }
+        // A placed install ends its attempt in the commit that records it (`commit`).
+        var placed = false
+        defer { if !placed { endAttempt(contentIdentifier, lockId: id) } }
 
         // Every rule that needs no unpacking (those of `package inspect`), the product and the
         // version run before the space check: a hostile package never purges anything.
@@ -130,10 +132,12 @@ public final class ContentPlacer: Sendable {
         if let existing, !force {
             try refuseDowngrade(existing: existing, to: info.version)
         }
-        return try place(
+        let delivered = try place(
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
             existing: existing, target: target, logger: logger
         )
+        placed = true
+        return delivered
     }
 
     /// Places content that `build` makes in a fresh staging folder (the delta update's path):
@@ -167,7 +171,8 @@ public final class ContentPlacer: Sendable {
         let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
         defer { lock.release(removing: true) }
         try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
-        defer { endAttempt(contentIdentifier, lockId: id) }
+        var placed = false
+        defer { if !placed { endAttempt(contentIdentifier, lockId: id) } }
         try ensureSpace(bytes: unpackedSize, inUse: [contentIdentifier])
         let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
         let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
@@ -185,6 +190,7 @@ public final class ContentPlacer: Sendable {
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
             existing: existing, target: target, logger: logger
         )
+        placed = true
         // A built version may share inodes with the old one and with `discarding` (a delta
         // update's hard links): removing the other names moves their ctime, so remove them now
         // and record it.
@@ -285,7 +291,7 @@ public final class ContentPlacer: Sendable {
             }
             throw error
         }
-        let delivered = try commit(intent, installedAt: now)
+        let delivered = try commit(intent, installedAt: now, endingAttempt: true)
         logger.debug("installed", metadata: ["version": "\(info.version)", "path": "\(destination.path)"])
         return delivered
     }
@@ -327,7 +333,9 @@ public final class ContentPlacer: Sendable {
     }
 
     /// Records an install whose folder is in place, and removes a copy left in the other placement.
-    private func commit(_ intent: ContentInstallation, installedAt: Date) throws -> DeliveredContent {
+    /// `endingAttempt`: the install's attempt row (`beginAttempt`, lock id = install id) goes in
+    /// the same commit, instead of a commit of its own after it.
+    private func commit(_ intent: ContentInstallation, installedAt: Date, endingAttempt: Bool = false) throws -> DeliveredContent {
         let destination = contentURL(intent.contentIdentifier, placement: intent.placement)
         let delivered = DeliveredContent(
             contentIdentifier: intent.contentIdentifier,
@@ -344,8 +352,12 @@ public final class ContentPlacer: Sendable {
             try discard(contentURL(intent.contentIdentifier, placement: previous), placement: previous)
         }
         try write { db in
-            try delivered.save(db)
+            try delivered.upsert(db)  // one INSERT ... ON CONFLICT DO UPDATE, not an UPDATE then an INSERT
             _ = try ContentInstallation.deleteOne(db, key: intent.id)
+            if endingAttempt {
+                _ = try ContentInstallAttempt.filter(Column("contentIdentifier") == intent.contentIdentifier && Column("lockId") == intent.id)
+                    .deleteAll(db)
+            }
             _ = try InstalledFile.filter(Column("contentIdentifier") == intent.contentIdentifier && Column("installId") != intent.id)
                 .deleteAll(db)
         }
@@ -385,7 +397,7 @@ public final class ContentPlacer: Sendable {
                     try ContentInstallAttempt(
                         contentIdentifier: contentIdentifier, package: package, lockId: lockId, placement: target,
                         interruptions: count, startedAt: Date()
-                    ).save(db)
+                    ).upsert(db)
                 }
                 return count
             }
