@@ -73,3 +73,25 @@ public struct OriginConfiguration: Sendable {
         self.maxTokenAge = maxTokenAge
     }
 }
+
+extension OriginConfiguration {
+    /// The origin `courier serve` runs from its resolved settings (the configuration's `serve`
+    /// section with the flags laid over it): the listener, the rate limit, the connection limits
+    /// and `maxTokenAge`. The content folder and catalog file come resolved (the settings hold
+    /// them as written, relative to the configuration file's folder).
+    public init(_ serve: ServeConfiguration, contentDirectory: URL, catalogFile: URL? = nil) {
+        self.init(
+            contentDirectory: contentDirectory,
+            catalogFile: catalogFile,
+            host: serve.host,
+            port: serve.port,
+            shutdownGracePeriod: serve.shutdownGracePeriod,
+            rateLimit: serve.limitRate,
+            requestHeadTimeout: serve.headerTimeout,
+            idleTimeout: serve.idleTimeout,
+            maxConnections: serve.maxConnections,
+            sendTimeout: serve.sendTimeout,
+            maxTokenAge: serve.maxTokenAge
+        )
+    }
+}

@@ -17,7 +17,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     public var queue: QueueConfiguration
     /// `courier prestage`: jobs, the shared queue (`prestage.queue`), leases.
     public var prestage: PrestageConfiguration = .init()
-    /// `courier serve`: where refunds are kept (`serve.state`).
+    /// `courier serve`: the origin's content folder, listener, limits, gate and refunds.
     public var serve: ServeConfiguration = .init()
 
     /// The folder relative paths in this configuration are resolved against: the folder of the
@@ -55,7 +55,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     /// Decodes a configuration file's JSON, the one way a configuration is read (the sections'
     /// `Decodable` wants every key): the file is laid over the defaults written out, so a key it
     /// leaves out (or sets to null) keeps its default; then `queue` and `placement` take the
-    /// transfer's settings and the queue's are checked.
+    /// transfer's settings and the queue's and the origin's are checked.
     public static func decode(_ data: Data) throws -> CourierConfiguration {
         guard let file = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             _ = try JSONDecoder().decode(CourierConfiguration.self, from: data)  // says what is wrong
@@ -66,6 +66,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         var configuration = try JSONDecoder().decode(CourierConfiguration.self, from: layered)
         configuration.shareTransferSettings()
         try configuration.queue.validate()
+        try configuration.serve.validate()
         return configuration
     }
 
@@ -193,6 +194,11 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         defaults.catalog = ""
         defaults.queue.finishWebhook = ""
         defaults.serve.state = ""
+        defaults.serve.content = ""
+        defaults.serve.catalog = ""
+        defaults.serve.limitRate = 1
+        defaults.serve.metricsPort = 0
+        defaults.serve.maxTokenAge = 1
         var sections: [String: Set<String>] = [:]
         func visit(_ object: [String: Any], path: String) {
             sections[path, default: []].formUnion(object.keys)
@@ -213,6 +219,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         func path(_ keys: [any CodingKey]) -> String {
             keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
         }
+        if let error = error as? CourierError { return error.message }
         switch error as? DecodingError {
         case .typeMismatch(let type, let context)?:
             return "\(path(context.codingPath)): expected \(type)"
