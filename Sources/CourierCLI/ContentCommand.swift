@@ -19,9 +19,7 @@ struct ContentListCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { out in
-            _ = try global.existingLayout()  // reading never creates a store
-            let placer = try ContentPlacer.forCLI(global: global, configuration: try global.loadConfiguration())
-            try placer.recover()
+            let placer = try global.contentPlacer(existingStore: true, recover: true)
             let contents = try placer.list()
             let support = placer.backupExclusionSupport
             if out.json {
@@ -60,8 +58,7 @@ struct ContentPathCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { out in
-            _ = try global.existingLayout()  // reading never creates a store
-            let placer = try ContentPlacer.forCLI(global: global, configuration: try global.loadConfiguration())
+            let placer = try global.contentPlacer(existingStore: true, recover: false)
             guard let content = try placer.content(product) else {
                 throw CourierError(.notFound, "no delivered content \(product.debugDescription)")
             }
@@ -85,9 +82,7 @@ struct ContentDeleteCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { out in
-            _ = try global.existingLayout()  // reading never creates a store
-            let placer = try ContentPlacer.forCLI(global: global, configuration: try global.loadConfiguration())
-            try placer.recover()
+            let placer = try global.contentPlacer(existingStore: true, recover: true)
             try placer.delete(product)
             if out.json {
                 out.emit(["event": "deleted", "contentIdentifier": product])

@@ -21,10 +21,7 @@ struct DeliverCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            var configuration = try global.loadConfiguration()
-            receiptOptions.apply(to: &configuration)
-            let client = try CourierClient(
-                configuration: configuration, layout: global.layout, logger: global.logger("courier", default: .critical))
+            let client = try global.client(receiptOptions)
             defer { client.shutdown() }
             let enqueued = try await client.enqueue(purchase.purchase())
             // A purchase whose product the catalog does not list is said, and exits 3, after
@@ -90,7 +87,7 @@ extension CourierClient {
                 "event": "result",
                 "finishedDownloads": summary.finishedDownloads,
                 "finishedTransactions": summary.finishedTransactions,
-                "unfinished": summary.unfinished.map { ["downloadId": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any] },
+                "unfinished": QueueFormat.unfinished(summary.unfinished),
             ]
             result["content"] = finished.compactMap { $0.download?.contentURL?.path }
             result["alreadyDelivered"] = Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted()
@@ -117,9 +114,9 @@ extension CourierClient {
             let failuresSaid = view.failuresSaid
             for download in summary.unfinished
             where download.errorCode != .insufficientSpace && !failuresSaid.contains(download.id) {
-                let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
                 let next = download.state == .cancelled ? "; queue it again with: courier resume \(download.id)" : ""
-                output.info("courier: \(download.contentIdentifier) \(download.state.rawValue)\(reason)\(next)")
+                let state = download.state.rawValue + QueueFormat.stopReason(download)
+                output.info("courier: \(download.contentIdentifier) \(state)\(next)")
             }
         }
         if interrupted {

@@ -16,14 +16,12 @@ struct EnqueueCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            var configuration = try global.loadConfiguration()
-            receiptOptions.apply(to: &configuration)
+            _ = try global.loadConfiguration()  // a bad configuration is said (exit 2), agent or not
             if let agent = global.agentControl() {  // hand the purchase to the running agent
                 try report(await agent.perform(.enqueue(purchase.purchase())), output: output, via: "the agent")
                 return
             }
-            let client = try CourierClient(
-                configuration: configuration, layout: global.layout, logger: global.logger("courier", default: .critical))
+            let client = try global.client(receiptOptions)
             defer { client.shutdown() }
             try report(await client.control.perform(.enqueue(purchase.purchase())), output: output, via: nil)
         }

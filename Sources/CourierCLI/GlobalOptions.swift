@@ -68,6 +68,15 @@ struct GlobalOptions: ParsableArguments {
         return try CourierConfiguration.load(file: file, required: !(environment["COURIER_CONFIG"] ?? "").isEmpty)
     }
 
+    /// The client core over this storage and configuration, `receiptOptions` applied over it.
+    /// With `existingStore`, the store must exist (`update` has nothing to do in a new one).
+    func client(_ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false) throws -> CourierClient {
+        var configuration = try loadConfiguration()
+        receiptOptions?.apply(to: &configuration)
+        return try CourierClient(
+            configuration: configuration, layout: existingStore ? existingLayout() : layout, logger: logger("courier", default: .critical))
+    }
+
     /// The level of every logger a command makes (the one place it is decided): `--verbose`
     /// gives info, `--quiet` error, else `COURIER_LOG` names it, else the command's default.
     func logLevel(default fallback: Logger.Level) -> Logger.Level {

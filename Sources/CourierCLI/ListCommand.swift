@@ -213,6 +213,16 @@ enum QueueFormat {
         return "\(total / 3600)h\(String(format: "%02d", (total % 3600) / 60))m"
     }
 
+    /// Why `d` stopped, as a suffix of its state: ": MESSAGE", " (PAUSE REASON)", or "".
+    static func stopReason(_ d: DownloadRecord) -> String {
+        d.errorMessage.map { ": \($0)" } ?? d.pauseReason.map { " (\($0.rawValue))" } ?? ""
+    }
+
+    /// The `unfinished` field of a `result` event (docs/json.md).
+    static func unfinished(_ downloads: [DownloadRecord]) -> [[String: Any]] {
+        downloads.map { ["downloadId": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] }
+    }
+
     /// The downloads `id` names, or every applicable one with `all`.
     static func target(id: String?, all: Bool) -> QueueTarget {
         all ? .all : .ids(id.map { [$0] } ?? [])

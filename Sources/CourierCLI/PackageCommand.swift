@@ -118,8 +118,7 @@ struct PackageInstallCommand: AsyncParsableCommand {
         let target = Catalog.Placement(rawValue: placement) ?? .cache
         try await global.run { out in
             let configuration = try global.loadConfiguration()
-            let placer = try ContentPlacer.forCLI(global: global, configuration: configuration)
-            try placer.recover()
+            let placer = try global.contentPlacer(configuration: configuration)
             let package = URL(fileURLWithPath: file)
             let productId = try product ?? PackageInspector.contentInfo(of: package, limits: configuration.packages).productId
             let delivered = try placer.install(
@@ -139,19 +138,19 @@ struct PackageInstallCommand: AsyncParsableCommand {
     }
 }
 
-extension ContentPlacer {
-    /// The placer of the storage named by the global options, logging warnings to standard error
-    /// (`COURIER_LOG`, `--verbose` or `--quiet` change the level).
-    static func forCLI(global: GlobalOptions, configuration: CourierConfiguration) throws -> ContentPlacer {
-        let layout = global.layout
-        let store = try StateStore(layout: layout)
-        let logger = global.logger("courier", default: .warning)
-        return ContentPlacer(
-            layout: layout,
-            store: store,
-            packages: configuration.packages,
-            placement: configuration.placement,
-            logger: logger
-        )
+extension GlobalOptions {
+    /// The content placer of this storage, logging warnings to standard error (`COURIER_LOG`,
+    /// `--verbose` or `--quiet` change the level), its interrupted installs recovered first when
+    /// `recover`. With `existingStore` the store must exist: reading never creates one.
+    func contentPlacer(
+        existingStore: Bool = false, recover: Bool = true, configuration: CourierConfiguration? = nil
+    ) throws -> ContentPlacer {
+        let layout = existingStore ? try existingLayout() : self.layout
+        let configuration = try configuration ?? loadConfiguration()
+        let placer = ContentPlacer(
+            layout: layout, store: try StateStore(layout: layout), packages: configuration.packages,
+            placement: configuration.placement, logger: logger("courier", default: .warning))
+        if recover { try placer.recover() }
+        return placer
     }
 }

@@ -46,8 +46,7 @@ struct ResumeCommand: AsyncParsableCommand {
             }
             guard !queueOnly, !changed.isEmpty else { return }
             // Carry them on through unpacking, placement and finish, as the agent would.
-            let client = try CourierClient(
-                configuration: global.loadConfiguration(), layout: global.layout, logger: global.logger("courier", default: .critical))
+            let client = try global.client()
             defer { client.shutdown() }
             try await client.deliver(scope: .downloads(Set(changed.map(\.id))), output: output, retryStopped: false)
         }

@@ -33,12 +33,9 @@ struct UpdateCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            var configuration = try global.loadConfiguration()
-            receiptOptions.apply(to: &configuration)
             let receipt = try receiptFile.map { try ReceiptValidator.readReceipt(URL(fileURLWithPath: $0)) }
             // Only a store with delivered content has anything to update: none is created here.
-            let client = try CourierClient(
-                configuration: configuration, layout: global.existingLayout(), logger: global.logger("courier", default: .critical))
+            let client = try global.client(receiptOptions, existingStore: true)
             defer { client.shutdown() }
             let plan = try await client.planUpdates(.init(products: products, catalog: catalog, receipt: receipt))
             let named = Set(products)
@@ -97,8 +94,8 @@ struct UpdateCommand: AsyncParsableCommand {
                         "updated \(record.contentIdentifier) from \(record.updateFrom ?? "?") to \(record.version) at \(record.contentURL?.path ?? "?")")
                 }
                 for download in summary.unfinished {
-                    let reason = download.errorMessage.map { ": \($0)" } ?? download.pauseReason.map { " (\($0.rawValue))" } ?? ""
-                    output.info("courier: the update of \(download.contentIdentifier) is \(download.state.rawValue)\(reason)")
+                    let state = download.state.rawValue + QueueFormat.stopReason(download)
+                    output.info("courier: the update of \(download.contentIdentifier) is \(state)")
                 }
             }
             if interrupted {
@@ -138,9 +135,7 @@ struct UpdateCommand: AsyncParsableCommand {
                     "toVersion": record.version, "contentPath": record.contentURL?.path ?? NSNull(),
                 ]
             },
-            "unfinished": unfinished.map {
-                ["downloadId": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] as [String: Any]
-            },
+            "unfinished": QueueFormat.unfinished(unfinished),
             "upToDate": plan.upToDate.map { ["contentIdentifier": $0.contentIdentifier, "version": $0.version] },
             "skipped": skipped.map { skip -> [String: Any] in
                 [
