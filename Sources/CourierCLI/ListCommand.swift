@@ -190,20 +190,10 @@ enum QueueFormat {
         }
     }
 
-    /// A byte count for people (binary units): the one formatter of the CLI.
-    static func bytes(_ count: Int64) -> String { bytes(Double(count)) }
+    /// A byte count for people (binary units), one decimal: "3.0 MiB".
+    static func bytes(_ count: Int64) -> String { CourierError.readableBytes(count, alwaysDecimal: true) }
 
-    static func bytes(_ count: Double) -> String {
-        guard count.isFinite else { return "? B" }
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = count
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        return unit == 0 ? "\(Int(value)) B" : String(format: "%.1f %@", value, units[unit])
-    }
+    static func bytes(_ count: Double) -> String { CourierError.readableBytes(count, alwaysDecimal: true) }
 
     static func duration(_ seconds: Double?) -> String {
         guard let seconds, seconds.isFinite, seconds >= 0 else { return "?" }

@@ -22,17 +22,25 @@ extension CourierError {
             hint: "free \(missing) there\(lower); then \(then)")
     }
 
-    /// `count` bytes in binary units with one decimal where it helps: "1000 B", "64 MiB", "1.5 GiB".
-    public static func readableBytes(_ count: Int64) -> String {
-        if count < 1024 { return "\(count) B" }
+    /// `count` bytes in binary units with one decimal where it helps: "1000 B", "64 MiB", "1.5 GiB";
+    /// with `alwaysDecimal` (progress and tables, whose widths then hold still) "64.0 MiB".
+    /// The one byte formatter; "? B" for a count that is not finite.
+    public static func readableBytes<Count: BinaryInteger>(_ count: Count, alwaysDecimal: Bool = false) -> String {
+        readableBytes(Double(count), alwaysDecimal: alwaysDecimal)
+    }
+
+    public static func readableBytes(_ count: Double, alwaysDecimal: Bool = false) -> String {
+        guard count.isFinite else { return "? B" }
+        if count < 1024 { return "\(Int(count)) B" }
         let units = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
-        var value = Double(count) / 1024
+        var value = count / 1024
         var unit = 0
         while value >= 1024 && unit < units.count - 1 {
             value /= 1024
             unit += 1
         }
-        let rounded = (value * 10).rounded() / 10
-        return rounded == rounded.rounded() ? "\(Int(rounded)) \(units[unit])" : String(format: "%.1f %@", rounded, units[unit])
+        let rounded = alwaysDecimal ? value : (value * 10).rounded() / 10
+        return !alwaysDecimal && rounded == rounded.rounded()
+            ? "\(Int(rounded)) \(units[unit])" : String(format: "%.1f %@", rounded, units[unit])
     }
 }
