@@ -70,9 +70,7 @@ struct PrestageCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             let configuration = try global.loadConfiguration()
-            guard let location = catalog ?? configuration.catalog else {
-                throw ValidationError("name the upstream catalog with --catalog FILE|URL")
-            }
+            let (location, base) = try configuration.catalogLocation(catalog, for: "stage the packages of")
             let queueURL = try (queue ?? configuration.prestage.queue).map { try PostgresURL(parsing: $0) }
             let destination = URL(fileURLWithPath: dest, isDirectory: true).standardizedFileURL
             let tree = try LocalStagingTree(root: destination)
@@ -92,7 +90,6 @@ struct PrestageCommand: AsyncParsableCommand {
                 configuration: configuration, layout: global.layout, tree: tree, jobs: jobs, workerName: workerName,
                 logger: logger)
             defer { runner.shutdown() }
-            let base = catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory
             let products = product.isEmpty ? nil : Set(product)
             let progress = PrestageProgress(output: output)
             let summary: PrestageSummary

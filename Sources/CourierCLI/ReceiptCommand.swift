@@ -77,13 +77,9 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
             let transport = try CurlHTTPTransport(configuration: configuration.transfer)
             let validator = try receipt.validator(
                 configuration, transport: transport, logger: global.logger("courier.receipts", default: .critical))
-            guard let location = catalog ?? configuration.catalog else {
-                throw ValidationError("name the catalog with --catalog (or set \"catalog\" in the configuration)")
-            }
+            let (location, base) = try configuration.catalogLocation(catalog, for: "look the content up in")
             let logger = global.logger("courier.catalog", default: .warning)
-            let loaded = try await CatalogLoader(transport: transport, layout: global.layout, logger: logger).load(
-                location,
-                relativeTo: catalog != nil ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : configuration.baseDirectory)
+            let loaded = try await CatalogLoader(transport: transport, layout: global.layout, logger: logger).load(location, relativeTo: base)
             var transactions: [VerifiedTransaction] = []
             for file in files {
                 transactions += try await ReceiptCLI.reportingCheck(output) {

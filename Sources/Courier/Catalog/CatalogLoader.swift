@@ -22,6 +22,21 @@ public struct LoadedCatalog: Sendable {
     public let source: Source
 }
 
+extension CourierConfiguration {
+    /// The catalog a command uses and the folder a relative path in it is resolved against:
+    /// `named` (a command-line option, relative to the current directory), else the configured
+    /// one (relative to the configuration's folder). Without either, a usage error (exit 2)
+    /// saying what the catalog was wanted `for` ("look the purchase up in").
+    public func catalogLocation(_ named: String?, for purpose: String) throws -> (location: String, base: URL) {
+        if let named {
+            return (named, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
+        }
+        if let catalog { return (catalog, baseDirectory) }
+        throw CourierError(
+            .usage, "no catalog to \(purpose)", hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration")
+    }
+}
+
 /// Loads a catalog from a file or an http(s) URL, the way every command does.
 ///
 /// A fetched catalog is cached under `Storage/Catalogs/` (`<sha256 of the URL>.json` and its

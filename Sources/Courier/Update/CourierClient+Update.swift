@@ -25,7 +25,7 @@ extension CourierClient {
     /// receipt shows is recorded in the store (`PaymentQueue.recordRevocations`), so that `list`
     /// shows it and the agent's updates do not try the purchase again.
     public func planUpdates(_ request: UpdateRequest, now: Date = Date()) async throws -> UpdatePlan {
-        let (location, base) = try catalogLocation(request.catalog)
+        let (location, base) = try configuration.catalogLocation(request.catalog, for: "look updates up in")
         let loaded = try await catalogLoader.load(location, relativeTo: base)
         var transactions = try queue.verifiedTransactions()
         if let receipt = request.receipt {
@@ -61,7 +61,7 @@ extension CourierClient {
     /// `previous` (the catalog of the last check; nil at start), plans and queues updates for
     /// it. Returns the catalog loaded, and the updates queued (empty when nothing changed).
     func checkForUpdates(since previous: Catalog?) async throws -> (catalog: Catalog, queued: [DownloadRecord]) {
-        let (location, base) = try catalogLocation(nil)
+        let (location, base) = try configuration.catalogLocation(nil, for: "look updates up in")
         let loaded = try await catalogLoader.load(location, relativeTo: base)
         guard loaded.catalog != previous else { return (loaded.catalog, []) }
         let plan = try UpdatePlanner.plan(
@@ -75,18 +75,6 @@ extension CourierClient {
             logger.info("catalog changed: updates queued", metadata: ["updates": "\(queued.map(\.contentIdentifier).joined(separator: ", "))"])
         }
         return (loaded.catalog, queued)
-    }
-
-    /// The catalog to use: `named` (a command-line option, relative to the current directory),
-    /// else the configured one (relative to the configuration's folder).
-    func catalogLocation(_ named: String?) throws -> (location: String, base: URL) {
-        if let named {
-            return (named, URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
-        }
-        if let configured = configuration.catalog { return (configured, configuration.baseDirectory) }
-        throw CourierError(
-            .usage, "no catalog to look updates up in",
-            hint: "name one with --catalog FILE|URL, or set \"catalog\" in the configuration")
     }
 
     /// A placer over this client's store (what is installed, where).
