@@ -72,64 +72,45 @@ public struct SandboxStore: Sendable {
             let rootPublic = Certificate.PublicKey(rootKey.publicKey)
             let intermediatePublic = Certificate.PublicKey(intermediateKey.publicKey)
             let leafPublic = Certificate.PublicKey(leafKey.publicKey)
-            let root = try Certificate(
-                version: .v3,
-                serialNumber: .init(),
-                publicKey: rootPublic,
-                notValidBefore: start,
-                notValidAfter: start.addingTimeInterval(20 * year),
-                issuer: rootName,
-                subject: rootName,
-                signatureAlgorithm: .ecdsaWithSHA256,
-                extensions: try Certificate.Extensions {
+            /// A P-256 certificate valid for `years` from `start`, signed by `issuerKey`.
+            func issue(
+                _ subject: DistinguishedName, _ key: Certificate.PublicKey, by issuer: DistinguishedName,
+                _ issuerKey: P256.Signing.PrivateKey, years: Double, _ extensions: Certificate.Extensions
+            ) throws -> Certificate {
+                try Certificate(
+                    version: .v3, serialNumber: .init(), publicKey: key, notValidBefore: start,
+                    notValidAfter: start.addingTimeInterval(years * year), issuer: issuer, subject: subject,
+                    signatureAlgorithm: .ecdsaWithSHA256, extensions: extensions, issuerPrivateKey: .init(issuerKey))
+            }
+            let root = try issue(
+                rootName, rootPublic, by: rootName, rootKey, years: 20,
+                try Certificate.Extensions {
                     Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
                     Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                     SubjectKeyIdentifier(hash: rootPublic)
-                },
-                issuerPrivateKey: .init(rootKey)
-            )
-            let intermediate = try Certificate(
-                version: .v3,
-                serialNumber: .init(),
-                publicKey: intermediatePublic,
-                notValidBefore: start,
-                notValidAfter: start.addingTimeInterval(10 * year),
-                issuer: rootName,
-                subject: intermediateName,
-                signatureAlgorithm: .ecdsaWithSHA256,
-                extensions: try Certificate.Extensions {
+                })
+            let intermediate = try issue(
+                intermediateName, intermediatePublic, by: rootName, rootKey, years: 10,
+                try Certificate.Extensions {
                     Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                     Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                     SubjectKeyIdentifier(hash: intermediatePublic)
                     AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: rootPublic).keyIdentifier)
                     Certificate.Extension(oid: AppStoreOIDs.wwdrIntermediate, critical: false, value: [0x05, 0x00])
-                },
-                issuerPrivateKey: .init(rootKey)
-            )
-            let leaf = try Certificate(
-                version: .v3,
-                serialNumber: .init(),
-                publicKey: leafPublic,
-                notValidBefore: start,
-                notValidAfter: start.addingTimeInterval(2 * year),
-                issuer: intermediateName,
-                subject: leafName,
-                signatureAlgorithm: .ecdsaWithSHA256,
-                extensions: try Certificate.Extensions {
+                })
+            let leaf = try issue(
+                leafName, leafPublic, by: intermediateName, intermediateKey, years: 2,
+                try Certificate.Extensions {
                     Critical(BasicConstraints.notCertificateAuthority)
                     Critical(KeyUsage(digitalSignature: true))
                     SubjectKeyIdentifier(hash: leafPublic)
                     AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: intermediatePublic).keyIdentifier)
                     Certificate.Extension(oid: AppStoreOIDs.receiptSigner, critical: false, value: [0x05, 0x00])
-                },
-                issuerPrivateKey: .init(intermediateKey)
-            )
+                })
             for (name, certificate, key) in [
                 ("root", root, rootKey), ("intermediate", intermediate, intermediateKey), ("leaf", leaf, leafKey),
             ] {
-                var serializer = DER.Serializer()
-                try serializer.serialize(certificate)
-                try write(Data(serializer.serializedBytes), to: file(directory, name, "der"), mode: 0o644)
+                try write(try der(certificate), to: file(directory, name, "der"), mode: 0o644)
                 let pem = try certificate.serializeAsPEM().pemString + "\n"
                 try write(Data(pem.utf8), to: file(directory, name, "pem"), mode: 0o644)
                 try write(Data((key.pemRepresentation + "\n").utf8), to: file(directory, name, "key.pem"), mode: 0o600)
@@ -199,11 +180,7 @@ public struct SandboxStore: Sendable {
     /// leaf, intermediate and root (base64 DER), and a raw r‖s signature.
     public func sign(_ payload: SignedTransactionPayload) throws -> String {
         do {
-            let chain = try [leaf, intermediate, root].map { certificate -> String in
-                var serializer = DER.Serializer()
-                try serializer.serialize(certificate)
-                return Data(serializer.serializedBytes).base64EncodedString()
-            }
+            let chain = try [leaf, intermediate, root].map { try Self.der($0).base64EncodedString() }
             let header = try JSONSerialization.data(
                 withJSONObject: ["alg": "ES256", "x5c": chain] as [String: Any],
                 options: [.sortedKeys, .withoutEscapingSlashes]
@@ -257,6 +234,12 @@ public struct SandboxStore: Sendable {
     /// A fresh App Store-like transaction identifier (16 decimal digits, starting with 2000).
     public static func newTransactionId() -> String {
         "2000" + String(format: "%012llu", UInt64.random(in: 0..<1_000_000_000_000))
+    }
+
+    private static func der(_ certificate: Certificate) throws -> Data {
+        var serializer = DER.Serializer()
+        try serializer.serialize(certificate)
+        return Data(serializer.serializedBytes)
     }
 
     static func file(_ directory: URL, _ name: String, _ suffix: String) -> URL {
