@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Reads what a package is without extracting it: its ContentInfo.plist, entry count, sizes and
@@ -22,7 +23,24 @@ public struct PackageInspector {
     /// Every rule that needs no unpacking, in one pass over the central directory and one over
     /// the entry headers (data skipped, only ContentInfo.plist read). Installs and extractions run
     /// it before any space check, purge or byte written.
-    static func preflight(_ file: URL, limits: PackageConfiguration) throws -> PackagePreflight {
+    ///
+    /// With `hashingEntries`, the pass over the entries also reads each regular file's data and
+    /// records its SHA-256 in `entryDigests` (what a manifest needs), so a caller that builds the
+    /// manifest reads the package once, not twice. Damaged entry data changes nothing in what
+    /// the preflight accepts: the pass is then made again without hashing (`entryDigests` empty).
+    static func preflight(_ file: URL, limits: PackageConfiguration, hashingEntries: Bool = false) throws -> PackagePreflight {
+        guard hashingEntries else { return try preflightPass(file, limits: limits, hashingEntries: false) }
+        do {
+            return try preflightPass(file, limits: limits, hashingEntries: true)
+        } catch is EntryDataError {
+            return try preflightPass(file, limits: limits, hashingEntries: false)
+        }
+    }
+
+    /// An entry's data could not be read while hashing it (only the hashing preflight reads it).
+    private struct EntryDataError: Error {}
+
+    private static func preflightPass(_ file: URL, limits: PackageConfiguration, hashingEntries: Bool) throws -> PackagePreflight {
         let directory = try ZipDirectory.read(file, maxEntryCount: limits.maxEntryCount)
         try directory.check(limits)
         let reader = try ArchiveReader(url: file, blockSize: limits.blockSize)
@@ -31,6 +49,7 @@ public struct PackageInspector {
         var entryCount = 0
         var links: [[String]: String] = [:]
         var tree = EntryTree()
+        var digests: [String: String] = [:]
         while let entry = try reader.next() {
             entryCount += 1
             let (name, components, type) = try EntryRules.check(entry, count: entryCount, limits: limits)
@@ -39,7 +58,18 @@ public struct PackageInspector {
                 links[components] = entry.symlinkTarget ?? ""
             }
             if components == [ContentInfo.fileName] && (type == EntryRules.regularFile || type == 0) {
-                info = try ContentInfo.parse(reader.readAll(limit: limits.maxInfoPlistSize, name: ContentInfo.fileName))
+                // Hashed from the same bytes when hashing: the plist is small and read whole.
+                let data = try reader.readAll(limit: limits.maxInfoPlistSize, name: ContentInfo.fileName)
+                info = try ContentInfo.parse(data)
+                if hashingEntries, let name = entry.name { digests[name] = SHA256.hash(data: data).hex }
+            } else if hashingEntries, type == EntryRules.regularFile || type == 0, let name = entry.name {
+                var hasher = SHA256()
+                do {
+                    try reader.readData { _, bytes in hasher.update(bufferPointer: bytes) }
+                } catch {
+                    throw EntryDataError()
+                }
+                digests[name] = hasher.finalize().hex
             } else {
                 try reader.skipData()
             }
@@ -49,7 +79,7 @@ public struct PackageInspector {
             throw EntryRules.hostile("the symbolic link \(link.joined(separator: "/").debugDescription) leaves the package")
         }
         guard let info else { throw EntryRules.hostile("the package has no ContentInfo.plist at its root") }
-        return PackagePreflight(directory: directory, info: info, entryCount: entryCount)
+        return PackagePreflight(directory: directory, info: info, entryCount: entryCount, entryDigests: digests)
     }
 }
 
@@ -58,6 +88,9 @@ struct PackagePreflight: Sendable {
     var directory: ZipDirectory
     var info: ContentInfo
     var entryCount: Int
+    /// Lowercase hex SHA-256 of each regular file's unpacked bytes, by entry name, when the
+    /// preflight hashed the entries (`hashingEntries`); empty otherwise.
+    var entryDigests: [String: String] = [:]
 
     /// The declared unpacked size (within `packages.maxUnpackedSize`, which the check enforced).
     var declaredUnpackedSize: Int64 { Int64(clamping: directory.declaredUnpackedSize) }

@@ -204,13 +204,14 @@ public struct PackageManifest: Sendable, Codable, Equatable {
 
     /// The manifest of `package` given what a caller already has: its `preflight` (the checks of
     /// `PackageInspector`) and its lowercase hex SHA-256 `packageDigest` (e.g. verified by the
-    /// download). Reads each file entry's data once, unless `digests` has it.
+    /// download). Reads each file entry's data once, unless `digests` or the preflight's
+    /// `entryDigests` (a preflight that hashed the entries in its pass) has it.
     static func build(
         package: URL, preflight: PackagePreflight, packageDigest: String, limits: PackageConfiguration,
         digests: [String: String] = [:]
     ) throws -> PackageManifest {
         let directory = preflight.directory
-        var digests = digests
+        var digests = digests.merging(preflight.entryDigests) { given, _ in given }
         let missing = directory.entries.contains { entry in
             guard let name = String(validating: entry.unicodeName ?? entry.name, as: UTF8.self) else { return false }
             return !name.hasSuffix("/") && digests[name] == nil

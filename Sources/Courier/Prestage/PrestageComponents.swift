@@ -49,10 +49,10 @@ public struct InspectingPackageChecker: PackageChecker {
     }
 
     /// The check, then the manifest from the same preflight: the package's digest is the one the
-    /// download verified, so the file is read once more only for each entry's SHA-256 (not
-    /// preflighted and hashed whole again).
+    /// download verified (hashed as its bytes were written), and the preflight's one libarchive
+    /// pass hashes each entry for the manifest, so the file is read once after the download.
     public func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
-        let preflight = try checked(file, task: task)
+        let preflight = try checked(file, task: task, hashingEntries: true)
         let manifest = try? PackageManifest.build(
             package: file, preflight: preflight, packageDigest: task.content.sha256.lowercased(), limits: limits)
         // The manifest must also pass the default limits a client decodes it with.
@@ -64,8 +64,8 @@ public struct InspectingPackageChecker: PackageChecker {
 
     /// Every rule of `PackageInspector` (the download already verified the file's SHA-256, so it
     /// is not hashed again), and a ContentInfo.plist naming the task's product and version.
-    func checked(_ file: URL, task: PrestageTask) throws -> PackagePreflight {
-        let preflight = try PackageInspector.preflight(file, limits: limits)
+    func checked(_ file: URL, task: PrestageTask, hashingEntries: Bool = false) throws -> PackagePreflight {
+        let preflight = try PackageInspector.preflight(file, limits: limits, hashingEntries: hashingEntries)
         let info = preflight.info
         guard info.productId == task.productId else {
             throw CourierError(

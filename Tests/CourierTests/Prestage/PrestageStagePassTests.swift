@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import Synchronization
@@ -74,6 +75,39 @@ struct PrestageStagePassTests {
         #expect(throws: CourierError.self) { try checker.checkAndDescribe(zip, task: other) }
     }
 
+    @Test("the check hashes the entries in its one pass; damaged entry data leaves the check as it was and gives no manifest")
+    func oneLibarchivePass() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let source = directory.appending("source")
+        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        // Random bytes: deflate stores them as they are, so a byte of the zip can be damaged.
+        var generator = SystemRandomNumberGenerator()
+        let bytes = Data((0..<70_000).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        try bytes.write(to: source.appendingPathComponent("data.bin"))
+        let zip = directory.appending("pack.zip")
+        let info = try PackageBuilder.create(from: source, productId: Self.product, version: "1.0", output: zip)
+        let preflight = try PackageInspector.preflight(zip, limits: PackageConfiguration(), hashingEntries: true)
+        let manifest = try PackageManifest.build(package: zip)
+        #expect(!preflight.entryDigests.isEmpty)
+        for entry in manifest.entries where entry.type == .file {
+            #expect(preflight.entryDigests[entry.path] == entry.sha256)
+        }
+        // One byte of data.bin damaged: the CRC no longer matches.
+        var damaged = try Data(contentsOf: zip)
+        let at = try #require(damaged.range(of: bytes[30_000..<30_064])).lowerBound
+        damaged[at] ^= 0xFF
+        try damaged.write(to: zip)
+        var task = Self.task(info, source: zip)
+        task.content.sha256 = SHA256.hash(data: damaged).hex
+        let checker = InspectingPackageChecker(limits: PackageConfiguration())
+        let checked = try checker.checkAndDescribe(zip, task: task)
+        #expect(checked.unpackedLength == (try checker.check(zip, task: task)))
+        #expect(checked.manifest == nil)
+        #expect(throws: CourierError.self) { try PackageManifest.build(package: zip) }
+        #expect(try PackageInspector.preflight(zip, limits: PackageConfiguration(), hashingEntries: true).entryDigests.isEmpty)
+    }
+
     @Test("a staged package and its manifest are published in one batch, manifest first, and the catalog names both")
     func oneBatch() async throws {
         let directory = try TemporaryDirectory()
@@ -93,7 +127,10 @@ struct PrestageStagePassTests {
         #expect(tree.batches.withLock { $0 } == [[PrestageManifests.path(besidePackage: staged), staged]])
         let content = try #require(try tree.publishedCatalog()?.products.first?.content)
         let manifest = try #require(content.manifest)
-        let published = try PackageManifest.decode(#require(try tree.publishedFile(at: manifest.url)))
+        let manifestData = try #require(try tree.publishedFile(at: manifest.url))
+        // Named as the job wrote it: its digest and length are the file's.
+        #expect(manifest.sha256 == SHA256.hash(data: manifestData).hex && manifest.length == Int64(manifestData.count))
+        let published = try PackageManifest.decode(manifestData)
         #expect(published == (try PackageManifest.build(package: zip)))
         #expect(try tree.hasPackage(at: staged, length: info.packedSize))
     }
