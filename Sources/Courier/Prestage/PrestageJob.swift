@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Metrics
+import Synchronization
 
 /// Downloads one package for pre-staging, resumably, verifying length and SHA-256 against the
 /// task's catalog entry. The production fetcher is the transfer engine (`TransferPackageFetcher`).
@@ -116,6 +117,8 @@ public struct PrestageJob: Sendable {
     let queue: any PrestageWorkQueue
     let configuration: PrestageConfiguration
     let logger: Logger
+    /// The manifests this process published, shared by the jobs `with(queue:)` makes.
+    let writtenManifests: WrittenManifests
 
     public init(
         tree: any StagingTree,
@@ -131,11 +134,22 @@ public struct PrestageJob: Sendable {
         self.queue = queue
         self.configuration = configuration
         self.logger = logger
+        writtenManifests = WrittenManifests()
+    }
+
+    private init(_ job: PrestageJob, queue: any PrestageWorkQueue) {
+        tree = job.tree
+        fetcher = job.fetcher
+        checker = job.checker
+        self.queue = queue
+        configuration = job.configuration
+        logger = job.logger
+        writtenManifests = job.writtenManifests
     }
 
     /// The same job over another work queue (a shared queue's run).
     public func with(queue: any PrestageWorkQueue) -> PrestageJob {
-        PrestageJob(tree: tree, fetcher: fetcher, checker: checker, queue: queue, configuration: configuration, logger: logger)
+        PrestageJob(self, queue: queue)
     }
 
     /// The `planned` event of `plan`.
@@ -221,7 +235,7 @@ public struct PrestageJob: Sendable {
     ) throws -> PrestageSummary {
         var (summary, catalog, paused) = Self.summarize(plan, outcomes: outcomes)
         let published = try tree.publishedCatalog()
-        catalog = PrestageManifests.attach(to: catalog, tree: tree, published: published)
+        catalog = PrestageManifests.attach(to: catalog, tree: tree, published: published, written: writtenManifests.all)
         let changed = published != catalog
         if changed {
             try tree.publishCatalog(catalog)
@@ -392,6 +406,7 @@ public struct PrestageJob: Sendable {
         }
         let checker = self.checker
         let tree = self.tree
+        let written = self.writtenManifests
         // One blocking step: the check builds the manifest in its pass over the package, and the
         // manifest and the package are published together, unsynced (the catalog publish, or a
         // shared queue's group sync, makes them durable).
@@ -404,7 +419,9 @@ public struct PrestageJob: Sendable {
                 try? FileManager.default.removeItem(at: file)
                 throw error
             }
-            try PrestageManifests.publish(checked.manifest, package: file, at: task.stagedPath, in: tree)
+            if let manifest = try PrestageManifests.publish(checked.manifest, package: file, at: task.stagedPath, in: tree) {
+                written.record(manifest)
+            }
             return checked.unpackedLength
         }
         return (fetched, unpacked)
@@ -426,16 +443,30 @@ public enum PrestageMetrics {
     }
 }
 
+/// The manifests a process published, by path, with the digest and length it wrote.
+final class WrittenManifests: Sendable {
+    private let manifests = Mutex<[String: Catalog.Manifest]>([:])
+
+    func record(_ manifest: Catalog.Manifest) {
+        manifests.withLock { $0[manifest.url] = manifest }
+    }
+
+    var all: [String: Catalog.Manifest] { manifests.withLock { $0 } }
+}
+
 /// Group commit of a blocking sync: each caller returns once a sync that started after it called
 /// has completed; callers arriving while one runs share the next. Syncs run on a Dispatch thread.
-final class GroupSync: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
+final class GroupSync: Sendable {
+    private struct State {
+        /// Syncs started so far, and whether one is running.
+        var started: UInt64 = 0
+        var running = false
+        /// Callers waiting for the sync numbered `target` (or a later one) to complete.
+        var waiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+    }
+
     private let body: @Sendable () throws -> Void
-    private let lock = NSLock()
-    /// Syncs started so far, and whether one is running.
-    private var started: UInt64 = 0
-    private var running = false
-    /// Callers waiting for the sync numbered `target` (or a later one) to complete.
-    private var waiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+    private let state = Mutex(State())
 
     init(_ body: @escaping @Sendable () throws -> Void) {
         self.body = body
@@ -444,12 +475,12 @@ final class GroupSync: @unchecked Sendable {  // @unchecked: the state is guarde
     /// Returns once a sync started after this call has completed; throws its error.
     func sync() async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let start: UInt64? = lock.withLock {
-                waiters.append((started + 1, continuation))
-                guard !running else { return nil }
-                running = true
-                started += 1
-                return started
+            let start: UInt64? = state.withLock { state in
+                state.waiters.append((state.started + 1, continuation))
+                guard !state.running else { return nil }
+                state.running = true
+                state.started += 1
+                return state.started
             }
             if let start { run(start) }
         }
@@ -458,15 +489,15 @@ final class GroupSync: @unchecked Sendable {  // @unchecked: the state is guarde
     private func run(_ number: UInt64) {
         DispatchQueue.global(qos: .utility).async { [self] in
             let result = Result { try body() }
-            let (done, next): ([CheckedContinuation<Void, any Error>], UInt64?) = lock.withLock {
-                let done = waiters.filter { $0.target <= number }.map(\.continuation)
-                waiters.removeAll { $0.target <= number }
-                guard !waiters.isEmpty else {
-                    running = false
+            let (done, next): ([CheckedContinuation<Void, any Error>], UInt64?) = state.withLock { state in
+                let done = state.waiters.filter { $0.target <= number }.map(\.continuation)
+                state.waiters.removeAll { $0.target <= number }
+                guard !state.waiters.isEmpty else {
+                    state.running = false
                     return (done, nil)
                 }
-                started += 1
-                return (done, started)
+                state.started += 1
+                return (done, state.started)
             }
             for continuation in done { continuation.resume(with: result) }
             if let next { run(next) }

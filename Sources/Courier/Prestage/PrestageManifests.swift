@@ -17,15 +17,21 @@ enum PrestageManifests {
     /// Publishes the verified package `file` at `packagePath` (consuming it) and, first, its
     /// `manifest` beside it, in one `publishPackages` call. Nothing is synced here: the tree
     /// makes both durable with the rest of the run (`StagingTree.syncPublished`). A nil manifest
-    /// publishes the package alone.
-    static func publish(_ manifest: PackageManifest?, package file: URL, at packagePath: String, in tree: any StagingTree) throws {
+    /// publishes the package alone. Returns the catalog's `manifest` field for what was
+    /// published (nil without a manifest), so `attach` need not read it back.
+    @discardableResult
+    static func publish(_ manifest: PackageManifest?, package file: URL, at packagePath: String, in tree: any StagingTree) throws
+        -> Catalog.Manifest?
+    {
         guard let manifest, let data = try? manifest.encoded() else {
             try tree.publishPackages([(file, packagePath)])
-            return
+            return nil
         }
         let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json", isDirectory: false)
         try Durable.write(data, to: local, sync: false)
-        try tree.publishPackages([(local, path(besidePackage: packagePath)), (file, packagePath)])
+        let published = path(besidePackage: packagePath)
+        try tree.publishPackages([(local, published), (file, packagePath)])
+        return Catalog.Manifest(url: published, sha256: SHA256.hash(data: data).hex, length: Int64(data.count))
     }
 
     /// Builds the manifest of the verified package `file` and publishes it alone beside
@@ -44,8 +50,14 @@ enum PrestageManifests {
     /// (its digest and length read from the tree); content without one is left as it is. A
     /// manifest whose package `catalog` already named with the same manifest is kept as it was
     /// published; any other is named only if it decodes and describes that package (one a
-    /// crashed run left torn is not).
-    static func attach(to catalog: Catalog, tree: any StagingTree, published: Catalog? = nil) -> Catalog {
+    /// crashed run left torn is not). `written` holds the manifests this process published in
+    /// this run, by path, as it wrote them (`publish`): they are named as they are, without
+    /// reading them back (the catalog's publish syncs them before it names them; a package's
+    /// manifest is built reproducibly, so another worker that staged the same package after a
+    /// lease expiry wrote the same bytes).
+    static func attach(
+        to catalog: Catalog, tree: any StagingTree, published: Catalog? = nil, written: [String: Catalog.Manifest] = [:]
+    ) -> Catalog {
         // Manifests the published catalog names, by package path and digest: durable as named.
         var known: [String: Catalog.Manifest] = [:]
         for entry in published?.allContent ?? [] {
@@ -54,6 +66,11 @@ enum PrestageManifests {
         func link(_ content: Catalog.Content) -> Catalog.Content {
             guard content.url.hasSuffix(".zip"), !content.url.contains("://") else { return content }
             let path = path(besidePackage: content.url)
+            if let own = written[path], own.length <= PackageManifest.maxDocumentSize {
+                var result = content
+                result.manifest = own
+                return result
+            }
             guard let data = try? tree.publishedFile(at: path), data.count <= PackageManifest.maxDocumentSize else { return content }
             let digest = SHA256.hash(data: data).hex
             let named = known["\(content.url)\n\(content.sha256.lowercased())"]
