@@ -505,27 +505,30 @@ struct RecordStatement: PostgresPreparedStatement {
 }
 
 /// Idle workers waiting for a completion in this process, or for a timeout.
-final class CompletionSignal: @unchecked Sendable {  // @unchecked: the state is guarded by `lock`.
-    private let lock = NSLock()
-    private var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
-    /// Waits ended (timeout, cancellation) before their continuation was registered.
-    private var ended = Set<UInt64>()
-    private var next: UInt64 = 0
+final class CompletionSignal: Sendable {
+    private struct State {
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Waits ended (timeout, cancellation) before their continuation was registered.
+        var ended = Set<UInt64>()
+        var next: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
 
     /// Resumes every waiter.
     func signal() {
-        let resumed = lock.withLock {
-            defer { waiters.removeAll() }
-            return Array(waiters.values)
+        let resumed = state.withLock { state in
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
         }
         for waiter in resumed { waiter.resume() }
     }
 
     /// Returns at the next `signal()` or after `timeout`, whichever comes first; throws when cancelled.
     func wait(upTo timeout: Duration) async throws {
-        let id = lock.withLock {
-            next += 1
-            return next
+        let id = state.withLock { state in
+            state.next += 1
+            return state.next
         }
         let timer = Task {
             do {
@@ -535,13 +538,13 @@ final class CompletionSignal: @unchecked Sendable {  // @unchecked: the state is
         }
         defer {
             timer.cancel()
-            lock.withLock { _ = ended.remove(id) }
+            state.withLock { _ = $0.ended.remove(id) }
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let early = lock.withLock {
-                    if ended.contains(id) { return true }
-                    waiters[id] = continuation
+                let early = state.withLock { state in
+                    if state.ended.contains(id) { return true }
+                    state.waiters[id] = continuation
                     return false
                 }
                 if early { continuation.resume() }
@@ -554,9 +557,9 @@ final class CompletionSignal: @unchecked Sendable {  // @unchecked: the state is
 
     /// Ends wait `id`: resumes it, or marks it so it returns as soon as it registers.
     private func end(_ id: UInt64) {
-        let waiter: CheckedContinuation<Void, Never>? = lock.withLock {
-            if let waiter = waiters.removeValue(forKey: id) { return waiter }
-            ended.insert(id)
+        let waiter: CheckedContinuation<Void, Never>? = state.withLock { state in
+            if let waiter = state.waiters.removeValue(forKey: id) { return waiter }
+            state.ended.insert(id)
             return nil
         }
         waiter?.resume()

@@ -345,3 +345,37 @@ struct PostgresQueueTests {
         Issue.record("timed out waiting until \(what)")
     }
 }
+
+@Suite("Completion signal")
+struct CompletionSignalTests {
+    @Test("a signal wakes every waiter; a wait with no signal ends at its timeout; cancellation ends a wait")
+    func signalTimeoutCancel() async throws {
+        let signal = CompletionSignal()
+        // Woken by a signal long before the timeout. A signal sent before a waiter registered
+        // does not wake it, so the signal is repeated until both waiters have returned.
+        let clock = ContinuousClock()
+        let start = clock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<2 {
+                group.addTask { try await signal.wait(upTo: .seconds(60)) }
+            }
+            let signaller = Task {
+                while !Task.isCancelled {
+                    signal.signal()
+                    try? await Task.sleep(for: .milliseconds(10))
+                }
+            }
+            defer { signaller.cancel() }
+            try await group.waitForAll()
+        }
+        #expect(start.duration(to: clock.now) < .seconds(30))
+        // No signal: the timeout ends the wait.
+        let timed = clock.now
+        try await signal.wait(upTo: .milliseconds(50))
+        #expect(timed.duration(to: clock.now) >= .milliseconds(50))
+        // Cancelled: the wait throws without waiting for its timeout.
+        let waiting = Task { try await signal.wait(upTo: .seconds(60)) }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+    }
+}
