@@ -93,17 +93,9 @@ extension CourierClient {
             result["alreadyDelivered"] = Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted()
             output.emit(result)
         } else {
-            // Each download placed by this run was said when it happened (by the view).
-            let said = view.delivered
-            for entry in finished {
-                guard let download = entry.download, download.state == .finished, let url = download.contentURL,
-                    !said.contains(download.id)
-                else { continue }
-                if summary.finishedDownloads.contains(download.id) {
-                    output.line("delivered \(download.contentIdentifier) \(download.version) to \(url.path)")
-                } else if !finishedBefore.contains(download.id) {
-                    output.line("delivered \(download.contentIdentifier) \(download.version) to \(url.path) (by another process)")
-                }
+            // Each download placed by this run was said when it happened (by the view), or now.
+            for download in finished.compactMap(\.download) where !finishedBefore.contains(download.id) {
+                view.announce(download, byAnotherProcess: !summary.finishedDownloads.contains(download.id))
             }
             // Downloads paused for disk space: one line naming them; the error that ends the
             // run says how much space, once.

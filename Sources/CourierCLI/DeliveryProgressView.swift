@@ -49,11 +49,6 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         timer?.start { [weak self] in self?.redraw(force: true) }
     }
 
-    /// The downloads whose "delivered" line this view printed (the caller prints the others).
-    var delivered: Set<String> {
-        state.withLock { $0.announced }
-    }
-
     /// Another process's downloads whose failure this view said (the caller says the others).
     var failuresSaid: Set<String> {
         state.withLock { $0.failuresSaid }
@@ -113,15 +108,7 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
             output.emit(event)
             return
         }
-        // Said when it happens, on a terminal or not.
-        if record.state == .finished, let url = record.contentURL, state.withLock({ $0.announced.insert(record.id).inserted }) {
-            let by = owner == nil ? "" : " (by another process)"
-            if let from = record.updateFrom {
-                output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)\(by)")
-            } else {
-                output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)\(by)")
-            }
-        }
+        announce(record, byAnotherProcess: owner != nil)  // when it happens, on a terminal or not
         // Another process's failure, when it happens (this run ends with it, unfinished).
         if record.state == .failed, owner != nil, state.withLock({ $0.failuresSaid.insert(record.id).inserted }) {
             let reason = record.errorMessage.map { ": \($0)" } ?? ""
@@ -138,6 +125,19 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         }
         // Progress redraws at most ten times a second; a change of state always shows.
         redraw(force: record.state != .active)
+    }
+
+    /// Says once, on standard output, that `record` was placed: "delivered ID VERSION to PATH", or
+    /// "updated ID from OLD to NEW at PATH"; the caller calls it too for what the view did not see.
+    func announce(_ record: DownloadRecord, byAnotherProcess: Bool = false) {
+        guard record.state == .finished, let url = record.contentURL, state.withLock({ $0.announced.insert(record.id).inserted })
+        else { return }
+        let by = byAnotherProcess ? " (by another process)" : ""
+        if let from = record.updateFrom {
+            output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)\(by)")
+        } else {
+            output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)\(by)")
+        }
     }
 
     /// Draws under the state's lock, so nothing is drawn after `finish` ended the block.

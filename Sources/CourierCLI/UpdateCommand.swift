@@ -88,11 +88,7 @@ struct UpdateCommand: AsyncParsableCommand {
             if output.json {
                 output.emit(Self.result(updated: updated, unfinished: summary.unfinished, plan: plan, skipped: skipped))
             } else {
-                let said = view.delivered
-                for record in updated where !said.contains(record.id) {
-                    output.line(
-                        "updated \(record.contentIdentifier) from \(record.updateFrom ?? "?") to \(record.version) at \(record.contentURL?.path ?? "?")")
-                }
+                for record in updated { view.announce(record) }  // what the view did not say
                 for download in summary.unfinished {
                     let state = download.state.rawValue + QueueFormat.stopReason(download)
                     output.info("courier: the update of \(download.contentIdentifier) is \(state)")
