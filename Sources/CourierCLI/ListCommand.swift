@@ -112,18 +112,14 @@ struct QueueListing: Encodable {
 }
 
 extension GlobalOptions {
-    /// The payment queue over this storage's state database, with the configured queue settings.
-    /// It must exist: the commands that open it only read or change what is there.
-    func openQueue() throws -> PaymentQueue {
-        let configuration = try loadConfiguration()
-        return try PaymentQueue(layout: existingLayout(), configuration: configuration.queue, logger: logger("courier", default: .warning))
-    }
-
-    /// Where queue commands go: a running agent (through its socket; docs/agent.md), else this
-    /// storage's store. `COURIER_NO_AGENT=1` ignores a running agent.
+    /// Where queue commands go: a running agent (through its socket; docs/agent.md), else the
+    /// payment queue of this storage's store, which must exist (they only read or change it).
+    /// `COURIER_NO_AGENT=1` ignores a running agent.
     func queueControl() throws -> any QueueControl {
         if let agent = agentControl() { return agent }
-        return LocalQueueControl(queue: try openQueue())
+        let configuration = try loadConfiguration().queue
+        return LocalQueueControl(
+            queue: try PaymentQueue(layout: existingLayout(), configuration: configuration, logger: logger("courier", default: .warning)))
     }
 
     /// The running agent of this storage, or nil when none answers (or `COURIER_NO_AGENT=1`).

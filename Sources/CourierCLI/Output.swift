@@ -65,11 +65,6 @@ final class Output: Sendable {
         line(text)
     }
 
-    /// Draws a transient status line on the terminal (standard error), replacing the last one.
-    func status(_ text: String) {
-        statusBlock([text])
-    }
-
     /// Draws a transient block of status lines on the terminal (standard error), replacing the
     /// block drawn last. Lines should fit the terminal (`terminalColumns`), or the block drifts.
     func statusBlock(_ lines: [String]) {

@@ -89,7 +89,7 @@ struct StatusCommand: AsyncParsableCommand {
             let parts = entries.compactMap { e in
                 e.download.map { "\($0.contentIdentifier) \($0.state.rawValue) \(String(format: "%.0f%%", $0.progress * 100))" }
             }
-            output.status(parts.joined(separator: " | "))
+            output.statusBlock([parts.joined(separator: " | ")])
             return
         }
         guard let first = entries.first else { return }
