@@ -105,17 +105,4 @@ public struct ReceiptConfiguration: Sendable, Codable, Equatable {
         self.clockSkew = clockSkew
         self.verifyReceipt = verifyReceipt
     }
-
-    enum CodingKeys: String, CodingKey {
-        case trustRoots, bundleId, environments, clockSkew, verifyReceipt
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(trustRoots, forKey: .trustRoots)
-        try c.encode(bundleId, forKey: .bundleId)
-        try c.encode(environments.sorted(), forKey: .environments)
-        try c.encode(clockSkew, forKey: .clockSkew)
-        try c.encode(verifyReceipt, forKey: .verifyReceipt)
-    }
 }
