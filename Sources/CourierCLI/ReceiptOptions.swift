@@ -42,10 +42,7 @@ struct ReceiptOptions: ParsableArguments {
     /// relative to the current directory and replace the configured roots.
     func apply(to configuration: inout CourierConfiguration) {
         if !trustRoots.isEmpty {
-            let here = URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
-            configuration.receipts.trustRoots = trustRoots.map {
-                $0.hasPrefix("/") ? $0 : here.appendingPathComponent($0).standardizedFileURL.path
-            }
+            configuration.receipts.trustRoots = trustRoots.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         }
         if let bundleId { configuration.receipts.bundleId = bundleId }
         if !environments.isEmpty {

@@ -63,7 +63,7 @@ public struct CatalogLoader: Sendable {
         if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" {
             return try await fetch(url)
         }
-        let file = location.hasPrefix("/") ? URL(fileURLWithPath: location) : base.appendingPathComponent(location).standardizedFileURL
+        let file = URL(fileURLWithPath: location, relativeTo: base).standardizedFileURL
         let data: Data
         do {
             data = try Data(contentsOf: file)

@@ -22,11 +22,8 @@ public struct ReceiptValidator: Sendable {
         transport: any HTTPTransport,
         logger: Logger
     ) throws {
-        let files = configuration.trustRoots.map { path -> URL in
-            path.hasPrefix("/")
-                ? URL(fileURLWithPath: path) : baseDirectory.appendingPathComponent(path).standardizedFileURL
-        }
-        let roots = try TrustRoots.load(files)
+        let roots = try TrustRoots.load(
+            configuration.trustRoots.map { URL(fileURLWithPath: $0, relativeTo: baseDirectory).standardizedFileURL })
         self.configuration = configuration
         self.verifier = SignedTransactionVerifier(
             trustedRoots: roots,
