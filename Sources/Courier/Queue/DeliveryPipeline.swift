@@ -297,15 +297,16 @@ public final class DeliveryPipeline: Sendable {
     /// Runs `body` (a transfer or an install) in one task group beside the tasks that keep the
     /// download's lease (a heartbeat every `heartbeatInterval`) and, when `stoppable`, watch for
     /// a stop: the body is cancelled once the lease is lost or the download leaves `active` (a
-    /// pause or cancel in this process arrives as a queue event, one from another process at the
-    /// next heartbeat). The state machine's `stopTransfer` action is carried out here. Nothing
-    /// outlives the body; cancelling the caller cancels it all.
+    /// pause or cancel in this process fires its stop signal as it commits, one from another
+    /// process is seen at the next heartbeat). The state machine's `stopTransfer` action is
+    /// carried out here. Nothing outlives the body; cancelling the caller cancels it all.
     private func supervised<T: Sendable>(
         _ id: String, stoppable: Bool, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         let queue = self.queue
-        // Subscribed before the state is first checked, so no stop falls between the two.
-        let events = stoppable ? queue.eventStream() : nil
+        // Watched before the state is first checked, so no stop falls between the two.
+        let stop = stoppable ? queue.watchStop(id) : nil
+        defer { if let stop { queue.unwatchStop(id, stop) } }
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await body() }
             group.addTask {
@@ -315,13 +316,10 @@ public final class DeliveryPipeline: Sendable {
                 }
                 return nil
             }
-            if let events {
+            if let stop {
                 group.addTask {
                     if let state = try? queue.downloadState(id), state != .active { return nil }
-                    for await case .updatedDownloads(let records) in events
-                    where records.contains(where: { $0.id == id && $0.state != .active }) {
-                        return nil
-                    }
+                    await stop.wait()
                     return nil
                 }
             }

@@ -1,16 +1,17 @@
 import Foundation
 import GRDB
 import Logging
+import Synchronization
 
 /// The persistent transaction queue, shaped like StoreKit's `SKPaymentQueue`: verified
-/// transactions go in with the downloads of the content they unlock; observers and `events()`
-/// hear every committed change; downloads can be started, paused, resumed, cancelled and
-/// discarded; a transaction is finished once all its downloads are.
+/// transactions go in with the downloads of the content they unlock; observers and
+/// `eventStream()` hear every committed change; downloads can be paused, resumed, cancelled and
+/// discarded (a pipeline starts them); a transaction is finished once all its downloads are.
 ///
 /// Every state change is one database transaction in `Storage/state.sqlite`, durable before it is
 /// reported. Many processes may open one store: a download is worked under a lease (`LeaseManager`),
 /// and a pause or cancel written by one process reaches the lease owner at its next heartbeat.
-public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`; commits by `commitLock`.
+public final class PaymentQueue: Sendable {
     let store: StateStore
     public let layout: StorageLayout
     public let configuration: QueueConfiguration
@@ -25,9 +26,10 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
 
     /// Held across a commit and the publication of its events, so events arrive in commit order.
     private let commitLock = NSLock()
-    private let lock = NSLock()
     /// Run inside the database transaction that finishes a transaction (see `onFinish`).
-    private var finishRecorders: [@Sendable (Database, TransactionRecord) throws -> Void] = []
+    private let finishRecorders = Mutex<[@Sendable (Database, TransactionRecord) throws -> Void]>([])
+    /// The stop signals of downloads this process works, by download id (`watchStop`).
+    private let stopWatchers = Mutex<[String: [ObjectIdentifier: StopSignal]]>([:])
 
     public init(store: StateStore, layout: StorageLayout, configuration: QueueConfiguration = .init(), logger: Logger) {
         self.store = store
@@ -181,13 +183,6 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
 
     // MARK: Controlling downloads
 
-    /// Starts downloads: a paused or failed one waits for a worker again (as `resume`); a
-    /// waiting one is left for the next worker.
-    @discardableResult
-    public func start(_ downloadIds: [String]) throws -> [DownloadRecord] {
-        try resume(downloadIds)
-    }
-
     /// Pauses downloads. An active one stops at once when this process works it, or at its
     /// owner's next heartbeat when another process does; its partial data is kept.
     @discardableResult
@@ -219,7 +214,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// call finished it.
     @discardableResult
     public func finish(_ transactionId: String) throws -> (transaction: TransactionRecord, finishedNow: Bool) {
-        let recorders = lock.withLock { finishRecorders }
+        let recorders = finishRecorders.withLock { $0 }
         return try commit { db in
             guard let record = try QueueStore.fetchTransaction(db, id: transactionId) else {
                 throw CourierError(.notFound, "no transaction \(transactionId)")
@@ -233,7 +228,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// every one of its downloads is finished (none cancelled) and it is purchased or restored.
     /// Returns the record when this call finished it.
     func finishIfDelivered(_ transactionId: String) throws -> TransactionRecord? {
-        let recorders = lock.withLock { finishRecorders }
+        let recorders = finishRecorders.withLock { $0 }
         return try commit { db in try Self.finishIfDelivered(db, transactionId, recorders: recorders) }
     }
 
@@ -274,7 +269,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// so what it writes (the finish webhook's outbox row) commits with the finish or not at all:
     /// a crash can lose neither alone. A recorder that throws rolls the finish back.
     func onFinish(_ recorder: @escaping @Sendable (Database, TransactionRecord) throws -> Void) {
-        lock.withLock { finishRecorders.append(recorder) }
+        finishRecorders.withLock { $0.append(recorder) }
     }
 
     // MARK: Internals shared with the pipeline
@@ -307,7 +302,7 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
     /// transaction when that was its last download: one durable commit for both, then the
     /// events of both in that order. Returns the transaction if it was finished now.
     func installed(_ downloadId: String, transactionId: String, contentURL: URL, finish: Bool) throws -> TransactionRecord? {
-        let recorders = lock.withLock { finishRecorders }
+        let recorders = finishRecorders.withLock { $0 }
         let (finished, actions, removeFiles) = try commit {
             db -> ((TransactionRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
             let (_, actions, removeFiles, events) = try self.applyTransition(
@@ -387,14 +382,38 @@ public final class PaymentQueue: @unchecked Sendable {  // @unchecked: mutable s
                 throw CourierError(.io, "the state database refused a change", cause: "\(error)")
             }
             self.events.publish(events, from: self)
-            // New claimable work (queued, resumed) wakes a pipeline waiting for its next poll.
-            let claimable = events.contains { event in
-                if case .updatedDownloads(let records) = event { return records.contains { $0.state == .waiting } }
-                return false
+            // New claimable work (queued, resumed) wakes a pipeline waiting for its next poll; a
+            // download that left `active` stops its worker here (the `stopTransfer` action).
+            var claimable = false
+            for case .updatedDownloads(let records) in events {
+                for record in records {
+                    if record.state == .waiting { claimable = true }
+                    if record.state != .active { stopWorker(record.id) }
+                }
             }
             if claimable { workAvailable.ring() }
             return value
         }
+    }
+
+    /// A signal fired when a commit of this process moves `downloadId` out of `active`; pass it
+    /// to `unwatchStop` once the work it guards is over.
+    func watchStop(_ downloadId: String) -> StopSignal {
+        let signal = StopSignal()
+        stopWatchers.withLock { $0[downloadId, default: [:]][ObjectIdentifier(signal)] = signal }
+        return signal
+    }
+
+    func unwatchStop(_ downloadId: String, _ signal: StopSignal) {
+        stopWatchers.withLock { watchers in
+            watchers[downloadId]?[ObjectIdentifier(signal)] = nil
+            if watchers[downloadId]?.isEmpty == true { watchers[downloadId] = nil }
+        }
+    }
+
+    private func stopWorker(_ downloadId: String) {
+        let signals = stopWatchers.withLock { $0[downloadId].map { Array($0.values) } ?? [] }
+        for signal in signals { signal.fire() }
     }
 
     func publish(_ events: [PaymentQueueEvent]) {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Observes a payment queue, as StoreKit's `SKPaymentTransactionObserver` does. Every method has
 /// an empty default. Calls arrive on one serial Dispatch queue, in the order the store committed
@@ -34,34 +35,37 @@ extension PaymentQueueObserver {
 }
 
 /// Fans committed events out to observers (on a serial queue) and to `AsyncStream`s.
-final class PaymentQueueEvents: @unchecked Sendable {  // @unchecked: mutable state is guarded by `lock`.
+final class PaymentQueueEvents: Sendable {
     private struct WeakObserver {
         weak var observer: (any PaymentQueueObserver)?
     }
 
-    private let lock = NSLock()
-    private var observers: [WeakObserver] = []
-    private var continuations: [UUID: AsyncStream<PaymentQueueEvent>.Continuation] = [:]
+    private struct Subscribers {
+        var observers: [WeakObserver] = []
+        var continuations: [UUID: AsyncStream<PaymentQueueEvent>.Continuation] = [:]
+    }
+
+    private let subscribers = Mutex(Subscribers())
     private let delivery = DispatchQueue(label: "courier.payment-queue.observers")
 
     func add(_ observer: any PaymentQueueObserver) {
-        lock.withLock {
-            observers.removeAll { $0.observer == nil || $0.observer === observer }
-            observers.append(WeakObserver(observer: observer))
+        subscribers.withLock { subscribers in
+            subscribers.observers.removeAll { $0.observer == nil || $0.observer === observer }
+            subscribers.observers.append(WeakObserver(observer: observer))
         }
     }
 
     func remove(_ observer: any PaymentQueueObserver) {
-        lock.withLock { observers.removeAll { $0.observer == nil || $0.observer === observer } }
+        subscribers.withLock { $0.observers.removeAll { $0.observer == nil || $0.observer === observer } }
     }
 
     func stream() -> AsyncStream<PaymentQueueEvent> {
         let (stream, continuation) = AsyncStream<PaymentQueueEvent>.makeStream(bufferingPolicy: .bufferingNewest(4096))
         let id = UUID()
-        lock.withLock { continuations[id] = continuation }
+        subscribers.withLock { $0.continuations[id] = continuation }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            self.lock.withLock { _ = self.continuations.removeValue(forKey: id) }
+            self.subscribers.withLock { _ = $0.continuations.removeValue(forKey: id) }
         }
         return stream
     }
@@ -70,7 +74,7 @@ final class PaymentQueueEvents: @unchecked Sendable {  // @unchecked: mutable st
     /// publication is the order of commits.
     func publish(_ events: [PaymentQueueEvent], from queue: PaymentQueue) {
         guard !events.isEmpty else { return }
-        let (targets, streams) = lock.withLock { (observers.compactMap(\.observer), Array(continuations.values)) }
+        let (targets, streams) = subscribers.withLock { ($0.observers.compactMap(\.observer), Array($0.continuations.values)) }
         for event in events {
             for continuation in streams { continuation.yield(event) }
         }
@@ -104,8 +108,40 @@ final class PaymentQueueEvents: @unchecked Sendable {  // @unchecked: mutable st
         }
     }
 
-    func finishStreams() {
-        let streams = lock.withLock { Array(continuations.values) }
-        for continuation in streams { continuation.finish() }
+}
+
+/// Fired once, when the download it watches leaves `active` by a commit of this process (a
+/// pause or cancel): what stops a supervised transfer at once (`PaymentQueue.watchStop`,
+/// `DeliveryPipeline.supervised`). A direct call, not an event stream per download.
+final class StopSignal: Sendable {
+    private struct State {
+        var fired = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    func fire() {
+        state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.fired = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }?.resume()
+    }
+
+    /// Returns once fired, or once the calling task is cancelled.
+    func wait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let fired = state.withLock { state -> Bool in
+                    if state.fired { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if fired { continuation.resume() }
+            }
+        } onCancel: {
+            fire()
+        }
     }
 }
