@@ -45,8 +45,6 @@ public struct Catalog: Sendable, Codable, Equatable {
             self.items = items
         }
 
-        enum CodingKeys: String, CodingKey { case productId, type, content, items }
-
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             productId = try c.decode(String.self, forKey: .productId)
@@ -121,8 +119,6 @@ public struct Catalog: Sendable, Codable, Equatable {
         /// to one another and to reserves, so a catalog cannot make that arithmetic overflow.
         public static let maxLength: Int64 = 1 << 50
 
-        enum CodingKeys: String, CodingKey { case url, sha256, length, version, placement, unpackedLength, mirrors, manifest }
-
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             url = try c.decode(String.self, forKey: .url)
@@ -163,8 +159,6 @@ public struct Catalog: Sendable, Codable, Equatable {
             self.sha256 = sha256
             self.length = length
         }
-
-        enum CodingKeys: String, CodingKey { case url, sha256, length }
 
         public init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)

@@ -67,10 +67,6 @@ public struct ReceiptConfiguration: Sendable, Codable, Equatable {
             self.timeout = timeout
         }
 
-        enum CodingKeys: String, CodingKey {
-            case productionURL, sandboxURL, sharedSecret, excludeOldTransactions, retries, retryDelay, timeout
-        }
-
         /// Encodes everything but the shared secret, which stays out of any file Courier writes.
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
