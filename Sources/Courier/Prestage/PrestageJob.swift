@@ -399,7 +399,8 @@ public struct PrestageJob: Sendable {
         // A verified file left by a run interrupted between the fetch and the publication is kept.
         let (length, sha256) = (task.content.length, task.content.sha256)
         if !(try await BlockingWorkerPool.detached { Durable.matches(file, length: length, sha256: sha256) }) {
-            try? FileManager.default.removeItem(at: file)
+            // Usually there is none (one failed `unlink`, not FileManager's stat and unlink).
+            unlink(file.path)
             fetched = try await fetcher.fetch(task, to: file, workDirectory: downloads) { received in
                 events(.progress(task, received: received))
             }
