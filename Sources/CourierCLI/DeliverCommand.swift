@@ -15,13 +15,11 @@ struct DeliverCommand: AsyncParsableCommand {
             """)
 
     @OptionGroup var global: GlobalOptions
-    @OptionGroup var receiptOptions: ReceiptOptions
-
     @OptionGroup var purchase: PurchaseOptions
 
     func run() async throws {
         try await global.run { output in
-            let client = try global.client(receiptOptions)
+            let client = try global.client(purchase.receiptOptions)
             defer { client.shutdown() }
             let enqueued = try await client.enqueue(purchase.purchase())
             // A purchase whose product the catalog does not list is said, and exits 3, after
@@ -111,15 +109,19 @@ extension CourierClient {
                 output.info("courier: \(download.contentIdentifier) \(state)\(next)")
             }
         }
+        if let error = Self.stopError(summary, interrupted: interrupted, checkpointed: "downloads") { throw error }
+    }
+
+    /// The error a foreground run ends with: interrupted (exit 7, resumable), else the first
+    /// download error, a space shortage with its next step (the stored error keeps only its message).
+    static func stopError(_ summary: DeliverySummary, interrupted: Bool, checkpointed what: String) -> CourierError? {
         if interrupted {
-            throw CourierError(.paused, "interrupted; the downloads are checkpointed", hint: "run the same command again to continue")
+            return CourierError(.paused, "interrupted; the \(what) are checkpointed", hint: "run the same command again to continue")
         }
-        if var error = summary.firstError {
-            // The stored error keeps its message, not its next step.
-            if error.code == .insufficientSpace && error.hint == nil {
-                error.hint = "free space there, or lower transfer.diskReserve; then run the same command again (or courier resume --stalled)"
-            }
-            throw error
+        guard var error = summary.firstError else { return nil }
+        if error.code == .insufficientSpace && error.hint == nil {
+            error.hint = "free space there, or lower transfer.diskReserve; then run the same command again (or courier resume --stalled)"
         }
+        return error
     }
 }

@@ -10,8 +10,6 @@ struct EnqueueCommand: AsyncParsableCommand {
         discussion: "Nothing is downloaded here; `courier deliver` or `courier resume --all` delivers what is queued.")
 
     @OptionGroup var global: GlobalOptions
-    @OptionGroup var receiptOptions: ReceiptOptions
-
     @OptionGroup var purchase: PurchaseOptions
 
     func run() async throws {
@@ -21,7 +19,7 @@ struct EnqueueCommand: AsyncParsableCommand {
                 try report(await agent.perform(.enqueue(purchase.purchase())), output: output, via: "the agent")
                 return
             }
-            let client = try global.client(receiptOptions)
+            let client = try global.client(purchase.receiptOptions)
             defer { client.shutdown() }
             try report(await client.control.perform(.enqueue(purchase.purchase())), output: output, via: nil)
         }

@@ -1,8 +1,10 @@
 import ArgumentParser
 
-/// The purchase a command works on: `--receipt FILE`, the catalog, and which products
-/// (`deliver` and `enqueue`).
+/// The purchase a command works on: how its receipt is validated, `--receipt FILE`, the
+/// catalog, and which products (`deliver` and `enqueue`).
 struct PurchaseOptions: ParsableArguments {
+    @OptionGroup var receiptOptions: ReceiptOptions
+
     @Option(name: .customLong("receipt"), help: ArgumentHelp("The receipt: JWS signed transactions or a legacy receipt.", valueName: "file"))
     var receiptFile: String
 

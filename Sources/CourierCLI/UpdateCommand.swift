@@ -94,10 +94,7 @@ struct UpdateCommand: AsyncParsableCommand {
                     output.info("courier: the update of \(download.contentIdentifier) is \(state)")
                 }
             }
-            if interrupted {
-                throw CourierError(.paused, "interrupted; the updates are checkpointed", hint: "run the same command again to continue")
-            }
-            if let error = summary.firstError { throw error }
+            if let error = CourierClient.stopError(summary, interrupted: interrupted, checkpointed: "updates") { throw error }
             if let refusal { throw refusal }
         }
     }
