@@ -22,7 +22,7 @@ struct ListCommand: AsyncParsableCommand {
         try await global.run { output in
             let entries = try await global.queueControl().perform(.list(includeFinished: all, stalledOnly: stalled)).entries
             if output.json {
-                output.emit(encodable: QueueListing(entries: entries.map(QueueListing.Line.init)))
+                output.emit(encodable: QueueListing(entries))
                 return
             }
             guard !entries.isEmpty else {
@@ -109,6 +109,8 @@ struct QueueListing: Encodable {
     }
 
     var entries: [Line]
+
+    init(_ entries: [QueueEntry]) { self.entries = entries.map(Line.init) }
 }
 
 extension GlobalOptions {

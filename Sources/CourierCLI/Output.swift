@@ -56,13 +56,18 @@ final class Output: Sendable {
         line(text)
     }
 
-    /// Prints an Encodable value as one JSON line.
-    func emit<T: Encodable>(encodable value: T) {
+    /// Prints an Encodable value as one JSON line; with `event`, as that NDJSON event (the value's
+    /// fields beside `event` and `time`).
+    func emit<T: Encodable>(encodable value: T, event: String? = nil) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
-        guard let data = try? encoder.encode(value), let text = String(data: data, encoding: .utf8) else { return }
-        line(text)
+        guard let data = try? encoder.encode(value) else { return }
+        if let event, var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] {
+            object["event"] = event
+            return emit(object)
+        }
+        line(String(decoding: data, as: UTF8.self))
     }
 
     /// Draws a transient block of status lines on the terminal (standard error), replacing the

@@ -38,9 +38,9 @@ struct StatusCommand: AsyncParsableCommand {
                     // heartbeat or a timestamp), then the `result`.
                     let key = Self.visible(entries)
                     if settled {
-                        output.emit(Self.event("result", entries))
+                        output.emit(encodable: QueueListing(entries), event: "result")
                     } else if key != shown {
-                        output.emit(Self.event("status", entries))
+                        output.emit(encodable: QueueListing(entries), event: "status")
                     }
                     shown = key
                 } else if changed {
@@ -66,23 +66,9 @@ struct StatusCommand: AsyncParsableCommand {
         }
     }
 
-    /// `entries` as one NDJSON event (`status` or `result`) with the `list --json` entry fields.
-    static func event(_ name: String, _ entries: [QueueEntry]) -> [String: Any] {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        var object: [String: Any] = ["entries": [Any]()]
-        if let data = try? encoder.encode(QueueListing(entries: entries.map(QueueListing.Line.init))),
-            let decoded = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-        {
-            object = decoded
-        }
-        object["event"] = name
-        return object
-    }
-
     private func show(_ entries: [QueueEntry], output: Output) {
         if output.json {
-            output.emit(encodable: QueueListing(entries: entries.map(QueueListing.Line.init)))
+            output.emit(encodable: QueueListing(entries))
             return
         }
         if watch && output.stderrIsTerminal {
