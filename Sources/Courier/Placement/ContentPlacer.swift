@@ -268,8 +268,8 @@ public final class ContentPlacer: Sendable {
             createdAt: now
         )
         try write { db in
-            try intent.insert(db)
-            for record in records { try record.insert(db) }
+            try ContentRows.insert(db, intent)
+            for record in records { try ContentRows.insert(db, record) }
         }
 
         let destination = contentURL(contentIdentifier, placement: target)
@@ -352,14 +352,10 @@ public final class ContentPlacer: Sendable {
             try discard(contentURL(intent.contentIdentifier, placement: previous), placement: previous)
         }
         try write { db in
-            try delivered.upsert(db)  // one INSERT ... ON CONFLICT DO UPDATE, not an UPDATE then an INSERT
-            _ = try ContentInstallation.deleteOne(db, key: intent.id)
-            if endingAttempt {
-                _ = try ContentInstallAttempt.filter(Column("contentIdentifier") == intent.contentIdentifier && Column("lockId") == intent.id)
-                    .deleteAll(db)
-            }
-            _ = try InstalledFile.filter(Column("contentIdentifier") == intent.contentIdentifier && Column("installId") != intent.id)
-                .deleteAll(db)
+            try ContentRows.upsert(db, delivered)  // one INSERT ... ON CONFLICT DO UPDATE, not an UPDATE then an INSERT
+            try ContentRows.deleteInstallation(db, id: intent.id)
+            if endingAttempt { try ContentRows.deleteAttempt(db, contentIdentifier: intent.contentIdentifier, lockId: intent.id) }
+            try ContentRows.deleteFiles(db, contentIdentifier: intent.contentIdentifier, otherThan: intent.id)
         }
         return delivered
     }
@@ -382,7 +378,7 @@ public final class ContentPlacer: Sendable {
         do {
             interrupted = try store.write(durable: false) { db -> Int in
                 var count = 0
-                if let row = try ContentInstallAttempt.fetchOne(db, key: contentIdentifier), row.package == package {
+                if let row = try ContentRows.attempt(db, contentIdentifier: contentIdentifier), row.package == package {
                     let lockFile = self.stagingFolder(row.placement).appendingPathComponent("\(row.lockId).lock")
                     if let dead = try? InstallLock(ifFree: lockFile) {
                         dead.release(removing: true)
@@ -392,12 +388,13 @@ public final class ContentPlacer: Sendable {
                     }
                 }
                 if limit > 0 && count >= limit {
-                    _ = try ContentInstallAttempt.deleteOne(db, key: contentIdentifier)
+                    try ContentRows.deleteAttempt(db, contentIdentifier: contentIdentifier)
                 } else {
-                    try ContentInstallAttempt(
-                        contentIdentifier: contentIdentifier, package: package, lockId: lockId, placement: target,
-                        interruptions: count, startedAt: Date()
-                    ).upsert(db)
+                    try ContentRows.upsert(
+                        db,
+                        ContentInstallAttempt(
+                            contentIdentifier: contentIdentifier, package: package, lockId: lockId, placement: target,
+                            interruptions: count, startedAt: Date()))
                 }
                 return count
             }
@@ -610,7 +607,7 @@ public final class ContentPlacer: Sendable {
 
     private func record(_ contentIdentifier: String) throws -> DeliveredContent? {
         do {
-            return try store.pool.read { db in try DeliveredContent.fetchOne(db, key: contentIdentifier) }
+            return try store.pool.read { db in try ContentRows.delivered(db, contentIdentifier: contentIdentifier) }
         } catch {
             throw CourierError(.io, "cannot read delivered content from the store", cause: "\(error)")
         }

@@ -110,6 +110,112 @@ package struct InstalledFile: Codable, Sendable, Equatable, FetchableRecord, Per
     }
 }
 
+/// The SQL of one install's records, as statements compiled once per connection and rows read
+/// by column index: an install reads and writes these rows several times, and GRDB's record
+/// methods (SQL built per call, Codable, columns found by name) cost several times the SQL.
+/// Dates are bound and read as GRDB's `Date` values, the form its Codable records store.
+enum ContentRows {
+    static func delivered(_ db: Database, contentIdentifier: String) throws -> DeliveredContent? {
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: """
+                    SELECT contentIdentifier, productId, version, placement, path, size, sha256, installedAt, lastUsedAt
+                    FROM delivered_content WHERE contentIdentifier = ?
+                    """),
+                arguments: [contentIdentifier])
+        else { return nil }
+        let placementText: String = row[3]
+        guard let placement = Catalog.Placement(rawValue: placementText) else {
+            throw CourierError(.internal, "delivered content \(contentIdentifier) has an unknown placement \(placementText)")
+        }
+        return DeliveredContent(
+            contentIdentifier: row[0], productId: row[1], version: row[2], placement: placement, path: row[4],
+            size: row[5], sha256: row[6], installedAt: row[7], lastUsedAt: row[8])
+    }
+
+    /// Inserts `delivered`, or replaces the row of its content identifier: one statement.
+    static func upsert(_ db: Database, _ d: DeliveredContent) throws {
+        try db.cachedStatement(sql: """
+                INSERT INTO delivered_content (contentIdentifier, productId, version, placement, path, size, sha256, installedAt, lastUsedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (contentIdentifier) DO UPDATE SET productId = excluded.productId, version = excluded.version,
+                    placement = excluded.placement, path = excluded.path, size = excluded.size, sha256 = excluded.sha256,
+                    installedAt = excluded.installedAt, lastUsedAt = excluded.lastUsedAt
+                """).execute(arguments: [
+                d.contentIdentifier, d.productId, d.version, d.placement.rawValue, d.path, d.size, d.sha256, d.installedAt,
+                d.lastUsedAt,
+            ])
+    }
+
+    static func insert(_ db: Database, _ i: ContentInstallation) throws {
+        try db.cachedStatement(sql: """
+                INSERT INTO content_installation (id, contentIdentifier, productId, version, placement, previousPlacement, size,
+                    sha256, stagingDevice, stagingInode, createdAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """).execute(arguments: [
+                i.id, i.contentIdentifier, i.productId, i.version, i.placement.rawValue, i.previousPlacement?.rawValue, i.size,
+                i.sha256, i.stagingDevice, i.stagingInode, i.createdAt,
+            ])
+    }
+
+    static func insert(_ db: Database, _ f: InstalledFile) throws {
+        try db.cachedStatement(sql: """
+                INSERT INTO content_file (installId, contentIdentifier, path, size, sha256, device, inode, mtimeNanoseconds,
+                    ctimeNanoseconds)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """).execute(arguments: [
+                f.installId, f.contentIdentifier, f.path, f.size, f.sha256, f.device, f.inode, f.mtimeNanoseconds,
+                f.ctimeNanoseconds,
+            ])
+    }
+
+    static func deleteInstallation(_ db: Database, id: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM content_installation WHERE id = ?").execute(arguments: [id])
+    }
+
+    /// Drops the file records of `contentIdentifier` that another install than `installId` wrote.
+    static func deleteFiles(_ db: Database, contentIdentifier: String, otherThan installId: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM content_file WHERE contentIdentifier = ? AND installId <> ?")
+            .execute(arguments: [contentIdentifier, installId])
+    }
+
+    /// The attempt row of `contentIdentifier`: its package, lock id, placement and interruptions.
+    static func attempt(_ db: Database, contentIdentifier: String) throws
+        -> (package: String, lockId: String, placement: Catalog.Placement, interruptions: Int)?
+    {
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: """
+                    SELECT package, lockId, placement, interruptions FROM content_install_attempt WHERE contentIdentifier = ?
+                    """),
+                arguments: [contentIdentifier])
+        else { return nil }
+        let placementText: String = row[2]
+        guard let placement = Catalog.Placement(rawValue: placementText) else {
+            throw CourierError(.internal, "the install attempt of \(contentIdentifier) has an unknown placement \(placementText)")
+        }
+        return (row[0], row[1], placement, row[3])
+    }
+
+    static func upsert(_ db: Database, _ a: ContentInstallAttempt) throws {
+        try db.cachedStatement(sql: """
+                INSERT INTO content_install_attempt (contentIdentifier, package, lockId, placement, interruptions, startedAt)
+                VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (contentIdentifier) DO UPDATE SET package = excluded.package, lockId = excluded.lockId,
+                    placement = excluded.placement, interruptions = excluded.interruptions, startedAt = excluded.startedAt
+                """).execute(arguments: [a.contentIdentifier, a.package, a.lockId, a.placement.rawValue, a.interruptions, a.startedAt])
+    }
+
+    static func deleteAttempt(_ db: Database, contentIdentifier: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM content_install_attempt WHERE contentIdentifier = ?").execute(arguments: [contentIdentifier])
+    }
+
+    static func deleteAttempt(_ db: Database, contentIdentifier: String, lockId: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM content_install_attempt WHERE contentIdentifier = ? AND lockId = ?")
+            .execute(arguments: [contentIdentifier, lockId])
+    }
+}
+
 /// Orders `ContentVersion` strings: dot- or dash-separated parts, numerically where both parts
 /// are numbers ("1.10" > "1.9"), else by text; missing parts count as zero ("1.0" == "1").
 public enum ContentVersion {
