@@ -37,9 +37,7 @@ struct ReceiptVerifyCommand: AsyncParsableCommand {
             let validator = try receipt.validator(
                 configuration, transport: try CurlHTTPTransport(configuration: configuration.transfer),
                 logger: global.logger("courier.receipts", default: .critical))
-            let transactions = try await ReceiptCLI.reportingCheck(output) {
-                try await validator.validate(try ReceiptCLI.read(file))
-            }
+            let transactions = try await ReceiptCLI.validate(file, with: validator, output: output)
             if output.json {
                 output.emit(["event": "verified", "transactions": transactions.map(ReceiptCLI.json)])
             } else {
@@ -81,11 +79,7 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
             let logger = global.logger("courier.catalog", default: .warning)
             let loaded = try await CatalogLoader(transport: transport, layout: global.layout, logger: logger).load(location, relativeTo: base)
             var transactions: [VerifiedTransaction] = []
-            for file in files {
-                transactions += try await ReceiptCLI.reportingCheck(output) {
-                    try await validator.validate(try ReceiptCLI.read(file))
-                }
-            }
+            for file in files { transactions += try await ReceiptCLI.validate(file, with: validator, output: output) }
             let now = Date()
             let entitled = Entitlements.content(for: transactions, catalog: loaded.catalog, now: now)
             if output.json {
@@ -123,10 +117,11 @@ enum ReceiptCLI {
         return try ReceiptValidator.readReceipt(URL(fileURLWithPath: path))
     }
 
-    /// Runs `body`; a receipt rejection with `--json` is reported with its `check` field.
-    static func reportingCheck<T>(_ output: Output, _ body: () async throws -> T) async throws -> T {
+    /// The transactions the receipt `file` proves; a rejection with `--json` is reported with its
+    /// `check` field.
+    static func validate(_ file: String, with validator: ReceiptValidator, output: Output) async throws -> [VerifiedTransaction] {
         do {
-            return try await body()
+            return try await validator.validate(try read(file))
         } catch let error as CourierError {
             guard output.json, let check = ReceiptCheck(failing: error) else { throw error }
             throw output.report(error, fields: ["check": check.rawValue])
