@@ -59,6 +59,13 @@ public struct LegacyReceiptClient: Sendable {
         var useSandbox = false
         var switches = 0
         var attempt = 0
+        /// Waits before the next attempt, when one is left.
+        func retried(_ reason: String) async throws -> Bool {
+            guard attempt < settings.retries else { return false }
+            try await backoff(attempt: attempt, reason: reason)
+            attempt += 1
+            return true
+        }
         while true {
             let urlText = useSandbox ? settings.sandboxURL : settings.productionURL
             let service = useSandbox ? "sandbox" : "production"
@@ -97,19 +104,11 @@ public struct LegacyReceiptClient: Sendable {
                     let retryable =
                         Status.retryable.contains(status)
                         || ((21100...21199).contains(status) && response.isRetryable)
-                    if retryable && attempt < settings.retries {
-                        try await backoff(attempt: attempt, reason: "status \(status)")
-                        attempt += 1
-                        continue
-                    }
+                    if retryable, try await retried("status \(status)") { continue }
                     throw Self.error(status: status, service: service, afterRetries: retryable)
                 }
             case .transient(let error):
-                if attempt < settings.retries {
-                    try await backoff(attempt: attempt, reason: error.message)
-                    attempt += 1
-                    continue
-                }
+                if try await retried(error.message) { continue }
                 throw error
             case .fatal(let error):
                 throw error

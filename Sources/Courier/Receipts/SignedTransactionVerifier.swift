@@ -102,16 +102,8 @@ public struct SignedTransactionVerifier: Sendable {
         guard let text = String(data: token, encoding: .utf8) else {
             throw ReceiptCheck.format.failure("the token is not UTF-8 text")
         }
-        let (jws, _, payload) = try decodeFormat(text)
-        return (jws, payload)
-    }
-
-    /// The `format` checks: the token taken apart, its `x5c` entries and its payload.
-    static func decodeFormat(
-        _ compactJWS: String
-    ) throws -> (jws: CompactJWS, chain: [String], payload: SignedTransactionPayload) {
-        let (jws, encodedChain) = try decodeHeader(compactJWS, owner: "the")
-        return (jws, encodedChain, try SignedTransactionPayload(json: jws.payload))
+        let (jws, _) = try decodeHeader(text, owner: "the")
+        return (jws, try SignedTransactionPayload(json: jws.payload))
     }
 
     /// The `format` checks of an App Store JWS's header: three base64url parts, `alg` ES256 and
