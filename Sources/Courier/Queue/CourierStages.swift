@@ -50,6 +50,9 @@ public struct TransferDownloadStage: ContentDownloading {
         // `PaymentQueue.installed` resets the journal in the commit that records the download
         // placed (and a failure that drops the package resets it too): no write of its own here.
         request.resetsJournalWhenPlaced = false
+        // Every download names its SHA-256 and length: a journal is first written at the first
+        // checkpoint, not before the first byte (`savesFirstJournalEagerly`).
+        request.savesFirstJournalEagerly = false
         let result = try await engine.download(request, journal: journal) { update in
             progress(
                 DownloadProgress(

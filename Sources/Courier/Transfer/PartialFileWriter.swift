@@ -31,6 +31,9 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
     private(set) var bytesWrittenThisRun: Int64 = 0
     private let progress: ProgressReporter
     private let growingSpaceCheck: GrowingSpaceCheck?
+    /// The store holds no journal for this download yet and a response from byte 0 need not
+    /// write one before its first checkpoint (`DownloadRequest.savesFirstJournalEagerly`).
+    private var defersFirstJournal: Bool
 
     /// The space check of a body whose length was not known in advance: before each chunk is
     /// written, the chunk, `additionalSpaceNeeded` and `reserve` must fit, else the writer fails
@@ -54,7 +57,8 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         queue: DispatchQueue,
         configuration: TransferConfiguration,
         progress: ProgressReporter,
-        growingSpaceCheck: GrowingSpaceCheck? = nil
+        growingSpaceCheck: GrowingSpaceCheck? = nil,
+        defersFirstJournal: Bool = false
     ) {
         self.file = file
         self.fd = fd
@@ -68,6 +72,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         self.highWater = 1 << 20
         self.progress = progress
         self.growingSpaceCheck = growingSpaceCheck
+        self.defersFirstJournal = defersFirstJournal
     }
 
     /// The first error the writer met (ENOSPC, EIO, a journal that could not be saved).
@@ -120,12 +125,16 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             var updated = journal
             updated.durableOffset = self.durableOffset
             self.journal = updated
+            // Nothing written and nothing saved yet: the first checkpoint saves it (see
+            // `DownloadRequest.savesFirstJournalEagerly`).
+            if self.defersFirstJournal && self.writtenOffset == 0 && self.durableOffset == 0 { return }
             self.saveJournal()
         }
     }
 
     private func saveJournal() {
         guard error == nil else { return }
+        defersFirstJournal = false
         do {
             try store.save(journal)
         } catch let error as CourierError {
@@ -266,6 +275,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             durableOffset = writtenOffset
             journal.durableOffset = durableOffset
         }
+        defersFirstJournal = false
         try store.save(journal)
     }
 

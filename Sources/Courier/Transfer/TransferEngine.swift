@@ -31,6 +31,14 @@ public struct DownloadRequest: Sendable {
     /// turns this off to spare a write per download: a journal left in the meantime names a
     /// partial file that is gone (renamed to `destination`), which the next open discards.
     public var resetsJournalWhenPlaced = true
+    /// Whether the journal of a response that starts the file at byte 0 is saved before its
+    /// first body byte even when the store holds no journal yet (default). With both
+    /// `expectedSHA256` and `expectedLength` the queue turns it off, sparing a write per
+    /// download: a process killed before the first checkpoint leaves a file without a journal,
+    /// which the next run still resumes from its length (the content is named by its digest),
+    /// without `If-Range`, the SHA-256 deciding (and falling back to byte 0 once). A response
+    /// that replaces a saved journal is always saved first.
+    public var savesFirstJournalEagerly = true
 
     public init(
         id: String,
@@ -202,7 +210,9 @@ public final class TransferEngine: Sendable {
             progress: ProgressReporter(id: request.id, handler: progress),
             // With no expected length, the space check follows the body as it grows.
             growingSpaceCheck: request.expectedLength == nil
-                ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil
+                ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil,
+            defersFirstJournal: !request.savesFirstJournalEagerly && opened.storeIsEmpty && request.expectedSHA256 != nil
+                && request.expectedLength != nil
         )
         let resumedFrom = try await writer.perform {
             try writer.prepare(resumingAt: opened.resumeAt, durable: opened.journal.durableOffset)
@@ -413,6 +423,9 @@ public final class TransferEngine: Sendable {
         var resumeAt: Int64
         /// The journal was written while fetching from another URL serving the same content.
         var fromAnotherURL: Bool
+        /// The store held no journal for the download, or one with nothing in it (no
+        /// validator, no length, nothing durable): what the store holds once reset.
+        var storeIsEmpty: Bool
     }
 
     /// Opens (creating) the partial file and loads the journal; a journal for other content
@@ -477,8 +490,11 @@ public final class TransferEngine: Sendable {
         // The journal is read under the lock, so it is the last one its previous writer saved.
         let fresh = ResumeJournal(downloadId: request.id, url: request.url)
         var journal: ResumeJournal
+        let storeIsEmpty: Bool
         do {
-            journal = try store.load(downloadId: request.id) ?? fresh
+            let loaded = try store.load(downloadId: request.id)
+            storeIsEmpty = loaded.map { $0.etag == nil && $0.lastModified == nil && $0.totalLength == nil && $0.durableOffset == 0 } ?? true
+            journal = loaded ?? fresh
         } catch {
             close(fd)
             throw error
@@ -519,7 +535,7 @@ public final class TransferEngine: Sendable {
         if journal != fresh && fileLength > resumeAt {
             resumeAt = min(fileLength, request.expectedLength ?? journal.totalLength ?? fileLength)
         }
-        return OpenedDownload(fd: fd, journal: journal, resumeAt: resumeAt, fromAnotherURL: fromAnotherURL)
+        return OpenedDownload(fd: fd, journal: journal, resumeAt: resumeAt, fromAnotherURL: fromAnotherURL, storeIsEmpty: storeIsEmpty)
     }
 
     /// Whether `a` and `b` have the same scheme, host and port.
