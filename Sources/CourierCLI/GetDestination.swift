@@ -68,15 +68,7 @@ enum GetDestination {
                 throw CourierError.posix("reading", path: file.path)
             }
             if count == 0 { return }
-            var offset = 0
-            while offset < count {
-                let written = buffer.withUnsafeBytes { bytes in bytes.baseAddress.map { write(STDOUT_FILENO, $0 + offset, count - offset) } ?? -1 }
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw CourierError.posix("writing to standard output")
-                }
-                offset += written
-            }
+            guard Output.writeAll(buffer[..<count], to: STDOUT_FILENO) else { throw CourierError.posix("writing to standard output") }
         }
     }
 }
