@@ -5,15 +5,31 @@
 # cache (`--decision-cache`, DECISION_CACHE seconds, default 2) and without (`--decision-cache 0`);
 # every request carries a signed transaction (64 distinct purchases, so the gates' token cache
 # holds 64 entries and nginx's decision cache 64 keys per file).
-# Prints requests/s of each, the throughput ratio gated/alone (goal >= 0.8), wrk's p99 latency,
-# the gates' p99 decision time from their courier_gate_decision_seconds histograms (for each
-# gated run: what the gates were asked during it), the load average, and the CPU time nginx's
-# worker (and the gates) spent per request: what bounds the requests one core serves. On a
-# machine other work keeps busy, req/s of one run swing by tens of percent; CPU per request
-# swings less (the copies still compete for caches and memory), so compare several runs.
+#
+# The measurement is made to be trusted on a small machine that other work keeps busy:
+# - the server side (each nginx's worker and master, the gates) is pinned to one CPU (SERVER_CPU,
+#   default 0) and wrk to another (CLIENT_CPU, default 1) with taskset, so the setups compare the
+#   requests one core serves, and wrk never takes the server's core (PIN=0 turns this off; it is
+#   off on a machine with one CPU);
+# - both run at niceness NICE (default -15, as root; with the scheduler's autogroups, the whole
+#   benchmark runs in a session of its own with that niceness), so that other work on the
+#   machine takes little of those CPUs whichever setup runs (how much it took is printed per run);
+# - the setups are interleaved: ROUNDS rounds (default 7) of DURATION seconds (default 10) per
+#   setup and case, each round alone/cached/uncached, the next one in the opposite order (ABBA),
+#   so a change in the machine's other load falls on both sides;
+# - the ratio is taken per round (gated against the alone run next to it), and its median and
+#   spread (min, max) printed with every round's value; also the ratio of the median req/s;
+# - per run, the CPU time nginx's worker and the gates spent per request (/proc: what bounds the
+#   requests one core serves, steadier than req/s) and the share of the server CPU that other
+#   processes took (/proc/stat), so a disturbed round can be seen; the ratio is also given with
+#   each run's req/s divided by the share of the server CPU the others left it.
+# Prints also wrk's p99 latency and the gates' p99 decision time from their
+# courier_gate_decision_seconds histograms (what the gates were asked during all gated runs of a
+# case), and the load average.
 #   Benchmarks/gate.sh
-#   COURIER_BIN=.build/debug/courier DURATION=3 BIG_MIB=16 Benchmarks/gate.sh   # a quick check
+#   COURIER_BIN=.build/debug/courier DURATION=3 ROUNDS=2 BIG_MIB=16 Benchmarks/gate.sh   # a quick check
 set -euo pipefail
+SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
 DURATION=${DURATION:-10}       # seconds per wrk run
@@ -24,6 +40,25 @@ WHOLE_KIB=${WHOLE_KIB:-256}    # the file fetched whole
 BIG_MIB=${BIG_MIB:-64}         # the file fetched in 1 MiB ranges
 TOKENS=${TOKENS:-64}
 DECISION_CACHE=${DECISION_CACHE:-2}  # seconds nginx reuses a gate's decision in the cached run
+ROUNDS=${ROUNDS:-7}            # interleaved rounds per case
+SETUPS=${SETUPS:-"alone cached uncached"}  # the order of the first round (the next is reversed)
+SERVER_CPU=${SERVER_CPU:-0}    # nginx and the gates
+CLIENT_CPU=${CLIENT_CPU:-1}    # wrk
+PIN=${PIN:-1}
+[ "$(nproc)" -ge 2 ] || PIN=0
+# The niceness of the server side and of wrk (root only; others' work keeps 0): the benchmark's
+# processes get their CPUs first, so other work does not decide which setup gets more of them.
+NICE=${NICE:--15}
+[ "$(id -u)" -eq 0 ] || NICE=0
+# With the scheduler's autogroups (kernel.sched_autogroup_enabled), niceness ranks processes only
+# within one session, and each session gets an equal share: the benchmark runs in a session of
+# its own (setsid) whose group gets the niceness NICE.
+if [ "$NICE" != 0 ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
+  if [ -z "${GATE_SH_SESSION:-}" ]; then
+    exec setsid -w env GATE_SH_SESSION=1 "$SELF" "$@"
+  fi
+  echo "$NICE" > /proc/self/autogroup
+fi
 
 if ! command -v wrk >/dev/null; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -72,18 +107,32 @@ for product in big whole; do
   done > "$WORK/tokens-$product"
 done
 
+# server_cpu CMD... &: runs CMD on the server's CPU (when pinning), in place of the background
+# subshell (exec), so that $! is CMD's process. pin PID...: moves every thread of running
+# processes there (nginx's master and workers, started by common.sh).
+server_cpu() { if [ "$PIN" = 1 ]; then exec nice -n "$NICE" taskset -c "$SERVER_CPU" "$@"; else exec nice -n "$NICE" "$@"; fi; }
+pin() {
+  local pid
+  for pid in "$@"; do
+    renice -n "$NICE" -p "$pid" >/dev/null
+    if [ "$PIN" = 1 ]; then taskset -a -p -c "$SERVER_CPU" "$pid" >/dev/null; fi
+  done
+}
+
 # The gates.
 GATE_ARGS=(); GATE_PIDS=()
 for i in $(seq "$GATES"); do
-  "$BIN" serve --content "$WORK/content" --port 0 --json --metrics-port 0 --storage "$WORK/storage" \
+  server_cpu "$BIN" serve --content "$WORK/content" --port 0 --json --metrics-port 0 --storage "$WORK/storage" \
     --trust-root "$WORK/sandbox" --bundle-id com.example.app --environment Sandbox > "$WORK/gate$i.log" 2>"$WORK/gate$i.err" &
   PIDS+=($!); GATE_PIDS+=($!)
 done
-port_of() {  # port_of LOG EVENT
-  for _ in $(seq 400); do
+port_of() {  # port_of LOG EVENT (a busy machine may take a while to start a gate)
+  for _ in $(seq 1200); do
     grep -q "\"$2\"" "$1" 2>/dev/null && break
     sleep 0.05
   done
+  grep -q "\"$2\"" "$1" 2>/dev/null \
+    || { echo "gate.sh: no $2 event in $1 within 60 s; $(tail -3 "${1%.log}.err" 2>/dev/null)" >&2; exit 1; }
   python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and json.loads(l).get("event")==sys.argv[2]][0]["port"])' "$1" "$2"
 }
 METRICS_PORTS=()
@@ -119,7 +168,7 @@ http {
     include $dir/courier.conf;
 }
 CONF
-  /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >/dev/null 2>&1 &
+  server_cpu /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >/dev/null 2>&1 &
   PIDS+=($!); GATED_MASTER=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/catalog.json" && break; sleep 0.05; done
   # Sanity: the gated nginx refuses without a token and serves with one.
@@ -158,7 +207,11 @@ write_script whole "$WHOLE" "$WORK/tokens-whole" false
 write_script ranges "$BIG" "$WORK/tokens-big" true
 
 run_wrk() {  # run_wrk PORT SCRIPT OUT
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/$2.lua" "http://127.0.0.1:$1/" > "$3"
+  if [ "$PIN" = 1 ]; then
+    nice -n "$NICE" taskset -c "$CLIENT_CPU" wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/$2.lua" "http://127.0.0.1:$1/" > "$3"
+  else
+    nice -n "$NICE" wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/$2.lua" "http://127.0.0.1:$1/" > "$3"
+  fi
 }
 cpu_ticks() {  # cpu_ticks PID...: user + system clock ticks of those processes so far
   local total=0 pid
@@ -168,48 +221,79 @@ cpu_ticks() {  # cpu_ticks PID...: user + system clock ticks of those processes 
   done
   echo "$total"
 }
+cpu_line() {  # cpu_line N: "tasks total" clock ticks of CPU N so far (tasks: user, nice and system
+  # time of processes, which /proc/PID/stat counts; interrupts and softirqs, loopback TCP's
+  # included, are in neither)
+  awk -v cpu="cpu$1" '$1 == cpu { total = 0; for (i = 2; i <= 9; i++) total += $i; print $2 + $3 + $4, total }' /proc/stat
+}
 nginx_workers() {  # nginx_workers MASTER: its worker processes
   local kid
   for kid in $(cat "/proc/$1/task/$1/children"); do
     if grep -q "worker process" "/proc/$kid/cmdline" 2>/dev/null; then echo "$kid"; fi
   done
 }
-measured_wrk() {  # measured_wrk PORT SCRIPT OUT MASTER: run_wrk, and OUT.cpu: "nginx-ticks gate-ticks"
-  local workers before_n before_g
+# measured_wrk PORT SCRIPT OUT MASTER: run_wrk, and OUT.cpu: "nginx-ticks gate-ticks
+# server-cpu-tasks server-cpu-total client-cpu-tasks client-cpu-total" over the run.
+measured_wrk() {
+  local workers before_n before_g before_s before_c
   workers=$(nginx_workers "$4")
   before_n=$(cpu_ticks $workers); before_g=$(cpu_ticks "${GATE_PIDS[@]}")
+  before_s=$(cpu_line "$SERVER_CPU"); before_c=$(cpu_line "$CLIENT_CPU")
   run_wrk "$1" "$2" "$3"
-  echo "$(($(cpu_ticks $workers) - before_n)) $(($(cpu_ticks "${GATE_PIDS[@]}") - before_g))" > "$3.cpu"
+  local after_s after_c
+  after_s=$(cpu_line "$SERVER_CPU"); after_c=$(cpu_line "$CLIENT_CPU")
+  echo "$(($(cpu_ticks $workers) - before_n)) $(($(cpu_ticks "${GATE_PIDS[@]}") - before_g))" \
+    "$((${after_s% *} - ${before_s% *})) $((${after_s#* } - ${before_s#* }))" \
+    "$((${after_c% *} - ${before_c% *})) $((${after_c#* } - ${before_c#* }))" > "$3.cpu"
 }
 snapshot() {  # snapshot NAME: every gate's metrics now
   for i in "${!METRICS_PORTS[@]}"; do
     curl -s "http://127.0.0.1:${METRICS_PORTS[$i]}/metrics" > "$WORK/metrics-$1-$i.txt"
   done
 }
-: > "$WORK/load.txt"
-for case in whole ranges; do
-  echo "== $case: nginx alone" >&2
-  measured_wrk "$PLAIN_PORT" "$case" "$WORK/$case-plain.txt" "$PLAIN_MASTER"
-  for run in uncached cached; do
-    port=$UNCACHED_PORT; master=$UNCACHED_MASTER
-    [ "$run" = cached ] && port=$CACHED_PORT && master=$CACHED_MASTER
-    echo "== $case: nginx + auth_request + $GATES gate(s), $run" >&2
-    snapshot "$case-$run-before"
-    measured_wrk "$port" "$case" "$WORK/$case-$run.txt" "$master"
-    snapshot "$case-$run-after"
-  done
-  echo "$case $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/load.txt"
+
+# Every nginx process on the server's CPU at the benchmark's niceness (the gated ones and the
+# gates were started so).
+for master in "$PLAIN_MASTER" "$UNCACHED_MASTER" "$CACHED_MASTER"; do
+  pin "$master" $(nginx_workers "$master")
 done
 
-python3 - "$WORK" "$WHOLE_KIB" "$GATES" "$DECISION_CACHE" "$(getconf CLK_TCK)" <<'PY'
-import glob, re, sys
-work, whole_kib, gates, window, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+: > "$WORK/load.txt"
+read -r -a order <<< "$SETUPS"
+for round in $(seq "$ROUNDS"); do
+  for case in whole ranges; do
+    for setup in "${order[@]}"; do
+      out="$WORK/$case-$setup-$round.txt"
+      case $setup in
+        alone) echo "== round $round, $case: nginx alone" >&2
+          measured_wrk "$PLAIN_PORT" "$case" "$out" "$PLAIN_MASTER" ;;
+        cached|uncached)
+          port=$UNCACHED_PORT; master=$UNCACHED_MASTER
+          [ "$setup" = cached ] && port=$CACHED_PORT && master=$CACHED_MASTER
+          echo "== round $round, $case: nginx + auth_request + $GATES gate(s), $setup" >&2
+          snapshot "$case-$setup-$round-before"
+          measured_wrk "$port" "$case" "$out" "$master"
+          snapshot "$case-$setup-$round-after" ;;
+        *) echo "gate.sh: unknown setup $setup (alone, cached, uncached)" >&2; exit 2 ;;
+      esac
+    done
+    echo "$case $round $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/load.txt"
+  done
+  order=($(printf '%s\n' "${order[@]}" | tac))
+done
+
+python3 - "$WORK" "$WHOLE_KIB" "$GATES" "$DECISION_CACHE" "$(getconf CLK_TCK)" "$ROUNDS" "$DURATION" "$PIN" "$SERVER_CPU" "$CLIENT_CPU" "$SETUPS" "$NICE" <<'PY'
+import glob, re, statistics, sys
+work, whole_kib, gates, window, hz, rounds, duration = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+pinned, server_cpu, client_cpu, setups, nice = sys.argv[8] == "1", sys.argv[9], sys.argv[10], sys.argv[11].split(), sys.argv[12]
 
 def cpu(path):
-    """CPU microseconds per request of nginx's worker and of the gates during one wrk run."""
+    """Per run: nginx's and the gates' CPU microseconds per request, the share of the server CPU
+    other processes took, and the share of the client CPU processes used (wrk and others)."""
     requests = int(re.search(r"(\d+) requests in", open(path).read()).group(1))
-    nginx, gate = (int(x) for x in open(path + ".cpu").read().split())
-    return nginx / hz / requests * 1e6, gate / hz / requests * 1e6
+    nginx, gate, s_busy, s_total, c_busy, c_total = (int(x) for x in open(path + ".cpu").read().split())
+    others = max(0, s_busy - nginx - gate) / s_total if s_total else 0
+    return nginx / hz / requests * 1e6, gate / hz / requests * 1e6, others, (c_busy / c_total if c_total else 0)
 
 def wrk(path):
     text = open(path).read()
@@ -235,35 +319,64 @@ def metrics(name):
                 if m: values[key] += float(m.group(1))
     return buckets, values
 
-def decisions(case, run):
-    """What the gates decided during one wrk run: count, mean, p50 and p99 (bucket upper bounds)."""
-    (b0, v0), (b1, v1) = metrics(f"{case}-{run}-before"), metrics(f"{case}-{run}-after")
-    count = int(v1["count"] - v0["count"])
+def decisions(case, setup):
+    """What the gates decided during all of a setup's runs of a case: count, mean, p50, p99 (bucket upper bounds)."""
+    buckets, count, total, hits, misses = {}, 0, 0.0, 0, 0
+    for r in range(1, rounds + 1):
+        (b0, v0), (b1, v1) = metrics(f"{case}-{setup}-{r}-before"), metrics(f"{case}-{setup}-{r}-after")
+        for le in b1: buckets[le] = buckets.get(le, 0) + b1[le] - b0.get(le, 0)
+        count += int(v1["count"] - v0["count"]); total += v1["sum"] - v0["sum"]
+        hits += int(v1["hits"] - v0["hits"]); misses += int(v1["misses"] - v0["misses"])
     if count <= 0:
         return "no gate decisions"
-    buckets = {le: b1.get(le, 0) - b0.get(le, 0) for le in b1}
     p50 = next(le for le in sorted(buckets) if buckets[le] >= 0.5 * count)
     p99 = next(le for le in sorted(buckets) if buckets[le] >= 0.99 * count)
-    mean = (v1["sum"] - v0["sum"]) / count
-    return (f"{count} gate decisions, mean {mean * 1e6:.0f} us, p50 <= {p50 * 1e6:.0f} us, p99 <= {p99 * 1e6:.0f} us; "
-            f"token cache {int(v1['hits'] - v0['hits'])} hits, {int(v1['misses'] - v0['misses'])} misses")
+    return (f"{count} gate decisions in {rounds} runs, mean {total / count * 1e6:.0f} us, p50 <= {p50 * 1e6:.0f} us, "
+            f"p99 <= {p99 * 1e6:.0f} us; token cache {hits} hits, {misses} misses")
 
-loads = dict(line.split(" ", 1) for line in open(f"{work}/load.txt").read().splitlines())
+def spread(values, digits=2):
+    return f"median {statistics.median(values):.{digits}f} (min {min(values):.{digits}f}, max {max(values):.{digits}f})"
+
+loads = {}
+for line in open(f"{work}/load.txt").read().splitlines():
+    case, r, rest = line.split(" ", 2)
+    loads.setdefault(case, []).append(rest.split()[0])
+where = f"server side on CPU {server_cpu}, wrk on CPU {client_cpu}" if pinned else "not pinned"
+where += f", niceness {nice}"
+print(f"{rounds} interleaved rounds of {duration} s per setup ({where}); ratios per round against the alone run of the same round")
+names = {"cached": f"decision cache {window} s", "uncached": "no decision cache"}
 for case, label in (("whole", f"whole {whole_kib} KiB file"), ("ranges", "1 MiB ranges")):
-    plain = wrk(f"{work}/{case}-plain.txt")
-    plain_cpu = cpu(f"{work}/{case}-plain.txt")[0]
-    print(f"{label}: nginx alone {plain[0]:.0f} req/s (p99 {plain[1]:.2f} ms), nginx CPU {plain_cpu:.1f} us/request; "
-          f"load average after the case {loads.get(case, '?')}")
-    results = [("alone", plain)]
-    for run, name in (("uncached", "no decision cache"), ("cached", f"decision cache {window} s")):
-        gated = wrk(f"{work}/{case}-{run}.txt")
-        results.append((run, gated))
-        nginx_cpu, gate_cpu = cpu(f"{work}/{case}-{run}.txt")
-        print(f"  nginx + auth_request + {gates} gates, {name}: {gated[0]:.0f} req/s (p99 {gated[1]:.2f} ms), "
-              f"ratio {gated[0] / plain[0]:.2f} (goal >= 0.8); {decisions(case, run)}")
-        print(f"    CPU per request: nginx {nginx_cpu:.1f} us + gates {gate_cpu:.1f} us; "
-              f"alone/gated {plain_cpu / (nginx_cpu + gate_cpu):.2f}")
-    for name, result in results:
-        if result[2] or result[3]:
-            print(f"  warning: {name}: {result[2]} non-2xx responses; socket errors: {result[3] or 'none'}")
+    runs = {s: [wrk(f"{work}/{case}-{s}-{r}.txt") for r in range(1, rounds + 1)] for s in setups}
+    cpus = {s: [cpu(f"{work}/{case}-{s}-{r}.txt") for r in range(1, rounds + 1)] for s in setups}
+    print(f"{label} (load average after each round: {' '.join(loads.get(case, []))}):")
+    if "alone" not in runs:
+        print("  (no alone runs: no ratios)")
+        continue
+    alone_rps = [r[0] for r in runs["alone"]]
+    alone_cpu = [c[0] for c in cpus["alone"]]
+    print(f"  nginx alone: req/s {spread(alone_rps, 0)}; p99 {statistics.median(r[1] for r in runs['alone']):.2f} ms; "
+          f"nginx CPU {statistics.median(alone_cpu):.1f} us/request; others on the server CPU "
+          f"{' '.join(f'{c[2]:.0%}' for c in cpus['alone'])}; client CPU used {statistics.median(c[3] for c in cpus['alone']):.0%}")
+    for setup in (s for s in setups if s != "alone"):
+        rps = [r[0] for r in runs[setup]]
+        ratios = [g / a for g, a in zip(rps, alone_rps)]
+        per_request = [n + g for n, g, _, _ in cpus[setup]]
+        cpu_ratios = [a / g for a, g in zip(alone_cpu, per_request)]
+        print(f"  nginx + auth_request + {gates} gates, {names[setup]}: req/s {spread(rps, 0)}; p99 "
+              f"{statistics.median(r[1] for r in runs[setup]):.2f} ms")
+        print(f"    throughput ratio gated/alone per round: {spread(ratios)} (goal >= 0.8); rounds: "
+              f"{' '.join(f'{x:.2f}' for x in ratios)}; ratio of the medians {statistics.median(rps) / statistics.median(alone_rps):.2f}")
+        # req/s over the share of the server CPU other processes left: what the setup served per
+        # second of the server CPU it could have had (a round another process disturbed counts less).
+        available = [r[0] / max(0.05, 1 - c[2]) for r, c in zip(runs[setup], cpus[setup])]
+        available_alone = [r[0] / max(0.05, 1 - c[2]) for r, c in zip(runs["alone"], cpus["alone"])]
+        print(f"    per available server CPU (req/s / (1 - others' share)), ratio per round: "
+              f"{spread([g / a for g, a in zip(available, available_alone)])}")
+        print(f"    CPU per request: nginx {statistics.median(c[0] for c in cpus[setup]):.1f} us + gates "
+              f"{statistics.median(c[1] for c in cpus[setup]):.1f} us (medians); alone/gated per round {spread(cpu_ratios)}")
+        print(f"    others on the server CPU: {' '.join(f'{c[2]:.0%}' for c in cpus[setup])}; {decisions(case, setup)}")
+    for setup in setups:
+        for i, result in enumerate(runs[setup]):
+            if result[2] or result[3]:
+                print(f"  warning: {setup} round {i + 1}: {result[2]} non-2xx responses; socket errors: {result[3] or 'none'}")
 PY
