@@ -241,7 +241,9 @@ struct DeliverIntegrationTests {
 
     @Test("SIGTERM pauses deliver with exit 7; resume --stalled finishes it without refetching durable bytes")
     func sigtermThenResume() throws {
-        let shop = try Shop(payloadSize: 4 << 20, rateLimit: "2m")
+        // 4 s of transfer at 1 MB/s: the SIGTERM lands mid-transfer even when `courier list`
+        // (polled below) is slow on a loaded machine (at 2 MB/s a run once finished first).
+        let shop = try Shop(payloadSize: 4 << 20, rateLimit: "1m")
         defer { shop.stop() }
         let receipt = try shop.receipt([Shop.products[0]])
         let process = try shop.start(shop.deliverArguments(receipt))
