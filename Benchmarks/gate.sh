@@ -14,6 +14,8 @@
 # - both run at niceness NICE (default -15, as root; with the scheduler's autogroups, the whole
 #   benchmark runs in a session of its own with that niceness), so that other work on the
 #   machine takes little of those CPUs whichever setup runs (how much it took is printed per run);
+#   Ctrl-C then stops only the waiting parent: stop a run with `kill -- -PID`, PID being its
+#   `bash …/gate.sh` (its session's leader), which ends its nginx, gates and wrk and cleans up;
 # - the setups are interleaved: ROUNDS rounds (default 7) of DURATION seconds (default 10) per
 #   setup and case, each round alone/cached/uncached, the next one in the opposite order (ABBA),
 #   so a change in the machine's other load falls on both sides;
