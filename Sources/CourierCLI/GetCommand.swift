@@ -156,10 +156,8 @@ struct GetCommand: AsyncParsableCommand {
     ) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "courier-get-\(getpid())-\(UUID().uuidString)", isDirectory: true)
-        do {
+        try CourierError.wrapping(.io, "cannot create a temporary folder in \(folder.deletingLastPathComponent().path)") {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
-        } catch {
-            throw CourierError(.io, "cannot create a temporary folder in \(folder.deletingLastPathComponent().path)", cause: "\(error)")
         }
         defer { try? FileManager.default.removeItem(at: folder) }
         let name = (try? DownloadFileName.derive(from: source)) ?? "download"
@@ -208,18 +206,11 @@ struct GetCommand: AsyncParsableCommand {
         engine: TransferEngine,
         output: Output
     ) async throws {
-        let text: String
-        do {
-            text = try String(contentsOfFile: list, encoding: .utf8)
-        } catch {
-            throw CourierError(.usage, "cannot read \(list)", cause: "\(error)")
-        }
+        let text = try CourierError.wrapping(.usage, "cannot read \(list)") { try String(contentsOfFile: list, encoding: .utf8) }
         let folder = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
         // -d creates its folder, as aria2c's does (-o's missing folder needs --create-dirs, as curl's).
-        do {
+        try CourierError.wrapping(.io, "cannot create \(folder.path)") {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        } catch {
-            throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
         }
         // A line that cannot be saved safely (not an http(s) URL, no safe file name, a name
         // another line already uses) is refused on its own; the other lines still download.

@@ -91,12 +91,7 @@ final class CatalogSource: Sendable {
             throw CourierError(.notFound, "no catalog at \(file.path)", hint: "run `courier prestage` into the content folder")
         }
         if let cached = cached.withLock({ $0 }), cached.identity.sameFile(as: identity) { return cached.catalog }
-        let data: Data
-        do {
-            data = try Data(contentsOf: file)
-        } catch {
-            throw CourierError(.io, "cannot read the catalog \(file.path)", cause: "\(error)")
-        }
+        let data = try CourierError.wrapping(.io, "cannot read the catalog \(file.path)") { try Data(contentsOf: file) }
         let catalog = try PublishedCatalog(data: data)
         // Cache only if the file did not change while it was read.
         if let after = StaticFile.lookup(path: file.path), after.sameFile(as: identity) {

@@ -194,11 +194,7 @@ extension Catalog {
             }
             return date
         }
-        do {
-            return try decoder.decode(Catalog.self, from: data)
-        } catch {
-            throw CourierError(.usage, "the catalog is not valid", cause: "\(error)")
-        }
+        return try CourierError.wrapping(.usage, "the catalog is not valid") { try decoder.decode(Catalog.self, from: data) }
     }
 
     /// An ISO 8601 date-time (fractional seconds optional) or calendar date (midnight UTC).

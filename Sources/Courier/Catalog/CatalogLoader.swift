@@ -64,12 +64,7 @@ public struct CatalogLoader: Sendable {
             return try await fetch(url)
         }
         let file = URL(fileURLWithPath: location, relativeTo: base).standardizedFileURL
-        let data: Data
-        do {
-            data = try Data(contentsOf: file)
-        } catch {
-            throw CourierError(.usage, "cannot read the catalog \(file.path)", cause: "\(error)")
-        }
+        let data = try CourierError.wrapping(.usage, "cannot read the catalog \(file.path)") { try Data(contentsOf: file) }
         return LoadedCatalog(catalog: try Catalog.decode(data), url: file, source: .file)
     }
 

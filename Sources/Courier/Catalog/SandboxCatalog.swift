@@ -28,10 +28,8 @@ public enum SandboxCatalog {
         let fileManager = FileManager.default
         let packages = directory.appendingPathComponent("packages", isDirectory: true)
         let scratch = directory.appendingPathComponent(".payload-\(UUID().uuidString)", isDirectory: true)
-        do {
+        try CourierError.wrapping(.io, "cannot create \(packages.path)") {
             try fileManager.createDirectory(at: packages, withIntermediateDirectories: true)
-        } catch {
-            throw CourierError(.io, "cannot create \(packages.path)", cause: "\(error)")
         }
         defer { try? fileManager.removeItem(at: scratch) }
 
@@ -70,18 +68,14 @@ public enum SandboxCatalog {
 
         let catalog = Catalog(bundleId: bundleId, products: products)
         let file = directory.appendingPathComponent("catalog.json")
-        do {
-            try catalog.encoded().write(to: file, options: .atomic)
-        } catch {
-            throw CourierError(.io, "cannot write \(file.path)", cause: "\(error)")
-        }
+        try CourierError.wrapping(.io, "cannot write \(file.path)") { try catalog.encoded().write(to: file, options: .atomic) }
         return catalog
     }
 
     /// A README and `bytes` of deterministic pseudo-random data (xorshift64*, seeded by name):
     /// incompressible like real media, and the same bytes on every run.
     private static func writePayload(into folder: URL, title: String, bytes: Int, seed: String) throws {
-        do {
+        try CourierError.wrapping(.io, "cannot write the sample payload in \(folder.path)") {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             try Data("\(title)\nSample content of the Courier sandbox store.\n".utf8)
                 .write(to: folder.appendingPathComponent("README.txt"))
@@ -95,8 +89,6 @@ public enum SandboxCatalog {
             }
             let data = words.withUnsafeBytes { Data($0.prefix(bytes)) }
             try data.write(to: folder.appendingPathComponent("data.bin"))
-        } catch {
-            throw CourierError(.io, "cannot write the sample payload in \(folder.path)", cause: "\(error)")
         }
     }
 }

@@ -50,11 +50,8 @@ public struct LegacyReceiptClient: Sendable {
             "exclude-old-transactions": settings.excludeOldTransactions,
         ]
         if let secret = settings.resolvedSharedSecret(environment: environment) { body["password"] = secret }
-        let requestBody: Data
-        do {
-            requestBody = try JSONSerialization.data(withJSONObject: body, options: [.withoutEscapingSlashes])
-        } catch {
-            throw CourierError(.internal, "cannot encode the verifyReceipt request", cause: "\(error)")
+        let requestBody = try CourierError.wrapping(.internal, "cannot encode the verifyReceipt request") {
+            try JSONSerialization.data(withJSONObject: body, options: [.withoutEscapingSlashes])
         }
         var useSandbox = false
         var switches = 0

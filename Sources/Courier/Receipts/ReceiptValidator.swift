@@ -145,10 +145,8 @@ public struct ReceiptValidator: Sendable {
             throw CourierError.unreadable("the receipt", path: url.path, error: error)
         }
         defer { try? handle.close() }
-        do {
-            return try handle.read(upToCount: maximumReceiptBytes + 1) ?? Data()
-        } catch {
-            throw CourierError(.io, "cannot read the receipt \(url.path)", cause: "\(error)")
+        return try CourierError.wrapping(.io, "cannot read the receipt \(url.path)") {
+            try handle.read(upToCount: maximumReceiptBytes + 1) ?? Data()
         }
     }
 

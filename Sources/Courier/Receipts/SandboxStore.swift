@@ -37,14 +37,9 @@ public struct SandboxStore: Sendable {
     /// The root is valid for 20 years, the intermediate for 10, the leaf for 2, all from a day ago.
     @discardableResult
     public static func create(at directory: URL, now: Date = Date()) throws -> SandboxStore {
-        do {
+        try CourierError.wrapping(.io, "cannot create \(directory.path)") {
             try FileManager.default.createDirectory(
-                at: directory,
-                withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o700]
-            )
-        } catch {
-            throw CourierError(.io, "cannot create \(directory.path)", cause: "\(error)")
+                at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
         let year: TimeInterval = 365 * 86_400
         let start = now.addingTimeInterval(-86_400)
@@ -140,18 +135,13 @@ public struct SandboxStore: Sendable {
         }
         func certificate(_ name: String) throws -> Certificate {
             let url = Self.file(directory, name, "der")
-            do {
-                return try Certificate(derEncoded: Array(try Data(contentsOf: url)))
-            } catch {
-                throw CourierError(.io, "cannot read \(url.path)", cause: "\(error)")
+            return try CourierError.wrapping(.io, "cannot read \(url.path)") {
+                try Certificate(derEncoded: Array(try Data(contentsOf: url)))
             }
         }
         let keyFile = Self.file(directory, "leaf", "key.pem")
-        let key: P256.Signing.PrivateKey
-        do {
-            key = try P256.Signing.PrivateKey(pemRepresentation: try String(contentsOf: keyFile, encoding: .utf8))
-        } catch {
-            throw CourierError(.io, "cannot read the sandbox signing key \(keyFile.path)", cause: "\(error)")
+        let key = try CourierError.wrapping(.io, "cannot read the sandbox signing key \(keyFile.path)") {
+            try P256.Signing.PrivateKey(pemRepresentation: try String(contentsOf: keyFile, encoding: .utf8))
         }
         self.init(
             directory: directory,
@@ -179,7 +169,7 @@ public struct SandboxStore: Sendable {
     /// Signs `payload` as the App Store does: a compact JWS with `alg` ES256, `x5c` holding the
     /// leaf, intermediate and root (base64 DER), and a raw r‖s signature.
     public func sign(_ payload: SignedTransactionPayload) throws -> String {
-        do {
+        try CourierError.wrapping(.internal, "cannot sign the sandbox transaction") {
             let chain = try [leaf, intermediate, root].map { try Self.der($0).base64EncodedString() }
             let header = try JSONSerialization.data(
                 withJSONObject: ["alg": "ES256", "x5c": chain] as [String: Any],
@@ -189,8 +179,6 @@ public struct SandboxStore: Sendable {
             let leafKey = try P256.Signing.PrivateKey(rawRepresentation: leafKeyBytes)
             let signature = try leafKey.signature(for: Data(signingInput.utf8))
             return signingInput + "." + Base64URL.encode(signature.rawRepresentation)
-        } catch {
-            throw CourierError(.internal, "cannot sign the sandbox transaction", cause: "\(error)")
         }
     }
 
@@ -252,13 +240,11 @@ public struct SandboxStore: Sendable {
         guard fileManager.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: mode]) else {
             throw CourierError.posix("create", path: url.path)
         }
-        do {
+        try CourierError.wrapping(.io, "cannot write \(url.path)") {
             let handle = try FileHandle(forWritingTo: url)
             defer { try? handle.close() }
             try handle.write(contentsOf: data)
             try handle.synchronize()
-        } catch {
-            throw CourierError(.io, "cannot write \(url.path)", cause: "\(error)")
         }
     }
 }

@@ -28,27 +28,19 @@ public final class StateStore: Sendable {
         // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the mode of
         // the database file, so no state file is ever readable by others, not even briefly.
         try OwnerOnlyFile.create(atPath: url.path)
-        do {
-            pool = try DatabasePool(path: url.path, configuration: configuration)
-        } catch {
-            throw CourierError(.io, "cannot open the state database \(url.path)", cause: "\(error)")
+        pool = try CourierError.wrapping(.io, "cannot open the state database \(url.path)") {
+            try DatabasePool(path: url.path, configuration: configuration)
         }
         // GRDB turns the writer to synchronous = NORMAL when it enables WAL, after
         // prepareDatabase ran: set FULL again, so a commit is on disk when it returns.
-        do {
+        try CourierError.wrapping(.io, "cannot configure the state database \(url.path)") {
             try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        } catch {
-            throw CourierError(.io, "cannot configure the state database \(url.path)", cause: "\(error)")
         }
         var migrator = DatabaseMigrator()
         for (name, body) in Self.migrations {
             migrator.registerMigration(name) { db in try body(db) }
         }
-        do {
-            try migrator.migrate(pool)
-        } catch {
-            throw CourierError(.io, "cannot migrate the state database \(url.path)", cause: "\(error)")
-        }
+        try CourierError.wrapping(.io, "cannot migrate the state database \(url.path)") { try migrator.migrate(pool) }
     }
 
     /// Runs `body` in one write transaction and commits it.

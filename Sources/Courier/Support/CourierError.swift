@@ -82,6 +82,16 @@ public struct CourierError: Error, Sendable, Equatable, CustomStringConvertible 
 }
 
 extension CourierError {
+    /// Runs `body`; whatever it throws becomes a `code` error saying `message`, with the thrown
+    /// error as its cause.
+    public static func wrapping<T>(_ code: Code, _ message: @autoclosure () -> String, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            throw CourierError(code, message(), cause: "\(error)")
+        }
+    }
+
     /// An error from a failed system call, with the errno text as its cause.
     public static func posix(
         _ operation: String,

@@ -100,11 +100,8 @@ public struct FileResumeJournalStore: ResumeJournalStore {
         let temporary = file.appendingPathExtension("tmp")
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let data: Data
-        do {
-            data = try encoder.encode(journal)
-        } catch {
-            throw CourierError(.internal, "cannot encode the journal of \(journal.downloadId)", cause: "\(error)")
+        let data = try CourierError.wrapping(.internal, "cannot encode the journal of \(journal.downloadId)") {
+            try encoder.encode(journal)
         }
         // A fresh file, never one reached through a planted symlink: whatever is at the temporary
         // name (a stale file of a crashed run, a symlink) goes first, and O_EXCL | O_NOFOLLOW

@@ -98,11 +98,8 @@ extension ResumeJournal {
     /// bytes do not decode, name another download than `downloadId` (when given) or break an
     /// invariant of `validationProblem`. Pure (no I/O): the fuzz entry of the journal loader.
     package static func decodeJournalFile(_ bytes: Data, downloadId: String? = nil) throws -> ResumeJournal {
-        let journal: ResumeJournal
-        do {
-            journal = try JSONDecoder().decode(ResumeJournal.self, from: bytes)
-        } catch {
-            throw CourierError(.integrity, "the resume journal does not decode", cause: "\(error)")
+        let journal = try CourierError.wrapping(.integrity, "the resume journal does not decode") {
+            try JSONDecoder().decode(ResumeJournal.self, from: bytes)
         }
         if let downloadId, journal.downloadId != downloadId {
             throw CourierError(.integrity, "the resume journal belongs to another download")

@@ -449,10 +449,8 @@ public final class TransferEngine: Sendable {
     ) throws -> OpenedDownload {
         let path = request.partialFile.path
         let folder = request.partialFile.deletingLastPathComponent()
-        do {
+        try CourierError.wrapping(.io, "cannot create \(folder.path)") {
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        } catch {
-            throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
         }
         var status = stat()
         var exists = lstat(path, &status) == 0
