@@ -69,7 +69,6 @@ public struct SignedTransactionPayload: Sendable, Equatable {
         }
     }
 
-    /// Reads a payload, failing with the `format` check on a missing or mistyped field.
     /// 10000-01-01T00:00:00Z in milliseconds: the latest date a payload may carry.
     static let latestMilliseconds: Double = 253_402_300_800_000
 
@@ -81,6 +80,17 @@ public struct SignedTransactionPayload: Sendable, Equatable {
         return Date(timeIntervalSince1970: milliseconds / 1000)
     }
 
+    /// The date a JSON value of milliseconds since 1970 (a number or a numeric string) names, as
+    /// `date(milliseconds:)` judges it; nil for any other value.
+    package static func date(millisecondsIn value: Any?) -> Date? {
+        switch value {
+        case let text as String: return Double(text).flatMap(date(milliseconds:))
+        case let number as NSNumber: return date(milliseconds: number.doubleValue)
+        default: return nil
+        }
+    }
+
+    /// Reads a payload, failing with the `format` check on a missing or mistyped field.
     public init(json data: Data) throws {
         guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
             throw ReceiptCheck.format.failure("the payload is not a JSON object")
@@ -95,19 +105,9 @@ public struct SignedTransactionPayload: Sendable, Equatable {
             default: throw ReceiptCheck.format.failure("the payload has no valid \(key)")
             }
         }
-        // Milliseconds since 1970, between 1970 and the year 10000: anything else (negative, NaN,
-        // 1e20) is not a date Apple signs, and would trap when written back as an Int64.
         func date(_ key: String) throws -> Date? {
             guard let raw = object[key], !(raw is NSNull) else { return nil }
-            let milliseconds: Double?
-            if let number = raw as? NSNumber {
-                milliseconds = number.doubleValue
-            } else if let text = raw as? String {
-                milliseconds = Double(text)
-            } else {
-                milliseconds = nil
-            }
-            guard let milliseconds, let date = Self.date(milliseconds: milliseconds) else {
+            guard let date = Self.date(millisecondsIn: raw) else {
                 throw ReceiptCheck.format.failure("the payload's \(key) is not milliseconds since 1970")
             }
             return date

@@ -125,12 +125,6 @@ package struct VerifyReceiptResponse {
     }
 
     static func date(_ value: Any?) -> Date? {
-        let milliseconds: Double?
-        switch value {
-        case let text as String: milliseconds = Double(text)
-        case let number as NSNumber: milliseconds = number.doubleValue
-        default: milliseconds = nil
-        }
-        return milliseconds.flatMap { SignedTransactionPayload.date(milliseconds: $0) }
+        SignedTransactionPayload.date(millisecondsIn: value)
     }
 }
