@@ -64,25 +64,14 @@ public final class VerifiedTokenCache: Sendable {
 
 /// The SHA-256 of a token, as four words (Crypto's digest type is not `Sendable`).
 struct TokenHash: Hashable, Sendable {
-    let words: (UInt64, UInt64, UInt64, UInt64)
+    let words: SIMD4<UInt64>
 
     init(_ digest: SHA256.Digest) {
-        var words: [UInt64] = [0, 0, 0, 0]
+        var words = SIMD4<UInt64>()
         for (offset, byte) in digest.enumerated() {
             words[offset / 8] = words[offset / 8] << 8 | UInt64(byte)
         }
-        self.words = (words[0], words[1], words[2], words[3])
-    }
-
-    static func == (left: TokenHash, right: TokenHash) -> Bool {
-        left.words == right.words
-    }
-
-    func hash(into hasher: inout Hasher) {
-        hasher.combine(words.0)
-        hasher.combine(words.1)
-        hasher.combine(words.2)
-        hasher.combine(words.3)
+        self.words = words
     }
 }
 
