@@ -111,7 +111,7 @@ struct OriginResponder: HTTPResponder {
             return Self.error(.notFound, code: "notFound", "\(path) is not in the catalog")
         }
         entry.contentIdentifier = served.contentIdentifier
-        switch await decide(bearer: Self.bearer(request), content: served, catalog: published.catalog) {
+        switch await answer(bearer: Self.bearer(request), content: served, catalog: published.catalog).decision {
         case .unauthorized(let reason, _):
             var response = Self.error(.unauthorized, code: CourierError.Code.serverRejected.rawValue, reason)
             response.headers[.wwwAuthenticate] = "Bearer realm=\"courier\""
@@ -127,14 +127,6 @@ struct OriginResponder: HTTPResponder {
             return Self.error(.notFound, code: "notFound", "\(path) is listed but not staged")
         }
         return fileResponse(file, request: request, context: context, contentType: "application/zip")
-    }
-
-    /// Asks the gate, timing and counting its decision.
-    private func decide(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateDecision {
-        let started = ContinuousClock.now
-        let decision = await gate.authorize(bearer: bearer, content: content, catalog: catalog)
-        metrics?.recordDecision(decision, duration: ContinuousClock.now - started)
-        return decision
     }
 
     /// Asks the gate for its decision and how long it holds, timing and counting it.
