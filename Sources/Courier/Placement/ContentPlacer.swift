@@ -83,6 +83,26 @@ public final class ContentPlacer: Sendable {
         force: Bool,
         verifiedSHA256: String? = nil
     ) throws -> DeliveredContent {
+        try install(
+            package: package, contentIdentifier: contentIdentifier, productId: productId, version: version, placement: target,
+            force: force, verifiedSHA256: verifiedSHA256, recording: { placement in try write { db in try placement.record(db) } })
+    }
+
+    /// `install`, its record written by `recording` once the folder is in place (while the
+    /// install still holds its lock): in a database transaction of the caller's, so that the
+    /// delivery's own state (`PaymentQueue.installed`) commits with it (`PlacementRecord`). When
+    /// `recording` throws, the record is written alone, then the error is thrown: the folder in
+    /// place is recorded either way (else `recover()` records it at the next start).
+    func install(
+        package: URL,
+        contentIdentifier: String,
+        productId: String,
+        version: String?,
+        placement target: Catalog.Placement,
+        force: Bool,
+        verifiedSHA256: String?,
+        recording: (PlacementRecord) throws -> Void
+    ) throws -> DeliveredContent {
         try Self.checkIdentifier(contentIdentifier)
         var logger = self.logger
         logger[metadataKey: "content-id"] = "\(contentIdentifier)"
@@ -134,7 +154,7 @@ public final class ContentPlacer: Sendable {
         }
         let delivered = try place(
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
-            existing: existing, target: target, logger: logger
+            existing: existing, target: target, logger: logger, recording: recording
         )
         placed = true
         return delivered
@@ -188,7 +208,7 @@ public final class ContentPlacer: Sendable {
         }
         let delivered = try place(
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
-            existing: existing, target: target, logger: logger
+            existing: existing, target: target, logger: logger, recording: { placement in try write { db in try placement.record(db) } }
         )
         placed = true
         // A built version may share inodes with the old one and with `discarding` (a delta
@@ -233,10 +253,10 @@ public final class ContentPlacer: Sendable {
     }
 
     /// The rest of an install once `staging` holds the new version: backup mark, sync, the
-    /// intent and file records, the atomic swap, the commit.
+    /// intent and file records, the atomic swap, the record (by `recording`, see `install`).
     private func place(
         staging: URL, previous: URL, id: String, contentIdentifier: String, info: PackageInfo, files: [ExtractedFile],
-        existing: DeliveredContent?, target: Catalog.Placement, logger: Logger
+        existing: DeliveredContent?, target: Catalog.Placement, logger: Logger, recording: (PlacementRecord) throws -> Void
     ) throws -> DeliveredContent {
         if target == .documents {
             let support = BackupExclusion.mark(staging)
@@ -291,9 +311,15 @@ public final class ContentPlacer: Sendable {
             }
             throw error
         }
-        let delivered = try commit(intent, installedAt: now, endingAttempt: true)
+        let placement = try placed(intent, installedAt: now, endingAttempt: true)
+        do {
+            try recording(placement)
+        } catch {
+            try? write { db in try placement.record(db) }
+            throw error
+        }
         logger.debug("installed", metadata: ["version": "\(info.version)", "path": "\(destination.path)"])
-        return delivered
+        return placement.delivered
     }
 
     /// The records of `files` below `staging`: their SHA-256 as written and their `lstat` now.
@@ -332,10 +358,16 @@ public final class ContentPlacer: Sendable {
         }
     }
 
-    /// Records an install whose folder is in place, and removes a copy left in the other placement.
-    /// `endingAttempt`: the install's attempt row (`beginAttempt`, lock id = install id) goes in
-    /// the same commit, instead of a commit of its own after it.
-    private func commit(_ intent: ContentInstallation, installedAt: Date, endingAttempt: Bool = false) throws -> DeliveredContent {
+    /// Records an install whose folder is in place (recovery's path: a commit of its own).
+    private func commit(_ intent: ContentInstallation, installedAt: Date) throws {
+        let placement = try placed(intent, installedAt: installedAt, endingAttempt: false)
+        try write { db in try placement.record(db) }
+    }
+
+    /// Removes a copy left in the other placement by an install whose folder is in place, and
+    /// returns the rows that record it. `endingAttempt`: the install's attempt row
+    /// (`beginAttempt`, lock id = install id) goes with them, instead of a commit of its own.
+    private func placed(_ intent: ContentInstallation, installedAt: Date, endingAttempt: Bool) throws -> PlacementRecord {
         let destination = contentURL(intent.contentIdentifier, placement: intent.placement)
         let delivered = DeliveredContent(
             contentIdentifier: intent.contentIdentifier,
@@ -351,13 +383,7 @@ public final class ContentPlacer: Sendable {
         if let previous = intent.previousPlacement, previous != intent.placement {
             try discard(contentURL(intent.contentIdentifier, placement: previous), placement: previous)
         }
-        try write { db in
-            try ContentRows.upsert(db, delivered)  // one INSERT ... ON CONFLICT DO UPDATE, not an UPDATE then an INSERT
-            try ContentRows.deleteInstallation(db, id: intent.id)
-            if endingAttempt { try ContentRows.deleteAttempt(db, contentIdentifier: intent.contentIdentifier, lockId: intent.id) }
-            try ContentRows.deleteFiles(db, contentIdentifier: intent.contentIdentifier, otherThan: intent.id)
-        }
-        return delivered
+        return PlacementRecord(delivered: delivered, installId: intent.id, endingAttempt: endingAttempt)
     }
 
     // MARK: Interrupted installs
@@ -459,7 +485,7 @@ public final class ContentPlacer: Sendable {
                 Int64(status.st_ino) == intent.stagingInode
             {
                 logger.debug("recover: finishing an interrupted install", metadata: ["content-id": "\(intent.contentIdentifier)"])
-                _ = try commit(intent, installedAt: intent.createdAt)
+                try commit(intent, installedAt: intent.createdAt)
             } else {
                 logger.debug("recover: rolling back an interrupted install", metadata: ["content-id": "\(intent.contentIdentifier)"])
                 let previous = stagingRoot.appendingPathComponent("\(intent.id).old")
@@ -635,6 +661,22 @@ public final class ContentPlacer: Sendable {
         } catch {
             logger.warning("cannot remove \(url.path)", metadata: ["error": "\(error)"])
         }
+    }
+}
+
+/// The rows that record an install whose folder is in place: the delivered content (one
+/// upsert), the end of its intent and attempt, the files of the version it replaced. Written in
+/// one database transaction; a crash before it leaves the intent, which `recover()` finishes.
+public struct PlacementRecord: Sendable {
+    let delivered: DeliveredContent
+    let installId: String
+    let endingAttempt: Bool
+
+    func record(_ db: Database) throws {
+        try ContentRows.upsert(db, delivered)  // one INSERT ... ON CONFLICT DO UPDATE, not an UPDATE then an INSERT
+        try ContentRows.deleteInstallation(db, id: installId)
+        if endingAttempt { try ContentRows.deleteAttempt(db, contentIdentifier: delivered.contentIdentifier, lockId: installId) }
+        try ContentRows.deleteFiles(db, contentIdentifier: delivered.contentIdentifier, otherThan: installId)
     }
 }
 

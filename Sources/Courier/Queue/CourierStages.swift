@@ -81,6 +81,14 @@ public struct PlacementInstallStage: ContentInstalling {
             version: download.version, placement: download.placement, force: force, verifiedSHA256: download.sha256)
         return placer.contentURL(delivered.contentIdentifier, placement: delivered.placement)
     }
+
+    public func install(package: URL, for download: DownloadRecord, installed: (URL, PlacementRecord?) throws -> Void) throws {
+        let url = placer.contentURL(download.contentIdentifier, placement: download.placement)
+        _ = try placer.install(
+            package: package, contentIdentifier: download.contentIdentifier, productId: download.productId,
+            version: download.version, placement: download.placement, force: force, verifiedSHA256: download.sha256,
+            recording: { placement in try installed(url, placement) })
+    }
 }
 
 /// The validate stage over `ReceiptValidator`.

@@ -237,9 +237,13 @@ public final class DeliveryPipeline: Sendable {
             if record.isUpdate, let updater {
                 placed = try await supervised(record.id, stoppable: true) { try await updater.update(record, progress: report) }
             }
+            let autoFinish = queue.configuration.autoFinish
             let content: URL
+            let finished: TransactionRecord?
             if let placed {
                 content = placed
+                // Its transaction finished (automatic finish) if this was its last download.
+                finished = try queue.installed(record.id, transactionId: record.transactionId, contentURL: placed, finish: autoFinish)
             } else {
                 let file = try await supervised(record.id, stoppable: true, transfer)
                 if try queue.downloadState(record.id) == .cancelled {
@@ -247,14 +251,21 @@ public final class DeliveryPipeline: Sendable {
                 }
                 let installer = self.installer
                 let installPool = self.installPool
-                content = try await supervised(record.id, stoppable: false) {
-                    try await installPool.run { try installer.install(package: file, for: record) }
+                // Placed, its content recorded and (automatic finish) its transaction finished if
+                // this was its last download: one durable commit, made while the install holds
+                // its lock (a kill before it leaves the install's intent to recovery).
+                (content, finished) = try await supervised(record.id, stoppable: false) {
+                    try await installPool.run {
+                        var done: (URL, TransactionRecord?)?
+                        try installer.install(package: file, for: record) { url, placement in
+                            done = (url, try queue.installed(
+                                record.id, transactionId: record.transactionId, contentURL: url, placement: placement, finish: autoFinish))
+                        }
+                        guard let done else { throw CourierError(.internal, "the installer placed nothing") }
+                        return done
+                    }
                 }
             }
-            // Placed, and (automatic finish) its transaction finished if this was its last
-            // download: one durable commit.
-            let finished = try queue.installed(
-                record.id, transactionId: record.transactionId, contentURL: content, finish: queue.configuration.autoFinish)
             outcome.finished = true
             // Each delivery at info: an agent's log (journald) shows what it delivered.
             logger.info(

@@ -42,6 +42,18 @@ public protocol ContentInstalling: Sendable {
     /// pipeline passes only a package whose length and SHA-256 match `download` (the transfer
     /// verified them as the bytes arrived), so the digest need not be computed again. Refuses hostile packages with `.hostilePackage` and corrupt ones with `.integrity`.
     func install(package: URL, for download: DownloadRecord) throws -> URL
+
+    /// `install`, the content's record written in the database transaction that records the
+    /// download placed: `installed` is called once the content folder is in place and must
+    /// commit the download's state and `placement` together (`PaymentQueue.installed`); one
+    /// durable commit, not two. Default: `install`, then `installed` with no placement record.
+    func install(package: URL, for download: DownloadRecord, installed: (URL, PlacementRecord?) throws -> Void) throws
+}
+
+extension ContentInstalling {
+    public func install(package: URL, for download: DownloadRecord, installed: (URL, PlacementRecord?) throws -> Void) throws {
+        try installed(try install(package: package, for: download), nil)
+    }
 }
 
 /// The validate stage: a receipt file's contents to the transactions it proves.

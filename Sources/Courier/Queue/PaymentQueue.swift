@@ -298,13 +298,17 @@ public final class PaymentQueue: Sendable {
         return record
     }
 
-    /// Records `downloadId` as placed at `contentURL` and, with `finish`, finishes its
-    /// transaction when that was its last download: one durable commit for both, then the
-    /// events of both in that order. Returns the transaction if it was finished now.
-    func installed(_ downloadId: String, transactionId: String, contentURL: URL, finish: Bool) throws -> TransactionRecord? {
+    /// Records `downloadId` as placed at `contentURL` (with `placement`, the content's own
+    /// record) and, with `finish`, finishes its transaction when that was its last download: one
+    /// durable commit for all, then the events in that order. Returns the transaction if it was
+    /// finished now.
+    func installed(
+        _ downloadId: String, transactionId: String, contentURL: URL, placement: PlacementRecord? = nil, finish: Bool
+    ) throws -> TransactionRecord? {
         let recorders = finishRecorders.withLock { $0 }
         let (finished, actions, removeFiles) = try commit {
             db -> ((TransactionRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
+            try placement?.record(db)
             let (_, actions, removeFiles, events) = try self.applyTransition(
                 db, downloadId, .installed(contentURL: contentURL), requireLease: false)
             guard finish else { return ((nil, actions, removeFiles), events) }
