@@ -50,6 +50,11 @@ final class Output: Sendable {
     func emit(_ object: [String: Any]) {
         var object = object
         if object["time"] == nil { object["time"] = NDJSONLogHandler.timestamp(Date()) }
+        // Most events (strings, integers, booleans) are written by hand, the same bytes
+        // JSONSerialization writes (JSONLine); the others go through it.
+        if let bytes = JSONLine.encode(object) {
+            return line(String(decoding: bytes, as: UTF8.self))
+        }
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]),
             let text = String(data: data, encoding: .utf8)
         else { return }
