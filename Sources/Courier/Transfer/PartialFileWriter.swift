@@ -166,7 +166,11 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         guard fstat(fd, &status) == 0 else { throw CourierError.posix("stat", path: file.path) }
         var start = offset
         if Int64(status.st_size) < offset { start = 0 }
-        guard ftruncate(fd, off_t(start)) == 0 else { throw CourierError.posix("truncate", path: file.path) }
+        // Only a longer file is cut: on ext4 any truncate to 0, even of an empty new file, makes
+        // the close start the file's writeback at once (auto_da_alloc), once per download.
+        if Int64(status.st_size) != start {
+            guard ftruncate(fd, off_t(start)) == 0 else { throw CourierError.posix("truncate", path: file.path) }
+        }
         hasher = SHA256()
         // Re-hash the bytes kept (only when resuming: a fresh start needs no buffer).
         var buffer = [UInt8](repeating: 0, count: start > 0 ? Int(min(start, 256 << 10)) : 0)
