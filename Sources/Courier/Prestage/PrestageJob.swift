@@ -3,6 +3,10 @@ import Logging
 import Metrics
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Downloads one package for pre-staging, resumably, verifying length and SHA-256 against the
 /// task's catalog entry. The production fetcher is the transfer engine (`TransferPackageFetcher`).
 public protocol PackageFetcher: Sendable {
@@ -397,10 +401,17 @@ public struct PrestageJob: Sendable {
         let file = downloads.appendingPathComponent("\(task.downloadId).zip", isDirectory: false)
         var fetched: Int64 = 0
         // A verified file left by a run interrupted between the fetch and the publication is kept.
+        // Usually there is none: one `stat` here (a failed one, as quick as the `unlink` below),
+        // and the blocking pool only to hash a file of the right length.
         let (length, sha256) = (task.content.length, task.content.sha256)
-        if !(try await BlockingWorkerPool.detached { Durable.matches(file, length: length, sha256: sha256) }) {
-            // Usually there is none (one failed `unlink`, not FileManager's stat and unlink).
-            unlink(file.path)
+        var status = stat()
+        let present = stat(file.path, &status) == 0
+        var kept = false
+        if present && status.st_mode & S_IFMT == S_IFREG && Int64(status.st_size) == length {
+            kept = try await BlockingWorkerPool.detached { Durable.matches(file, length: length, sha256: sha256) }
+        }
+        if !kept {
+            if present { unlink(file.path) }
             fetched = try await fetcher.fetch(task, to: file, workDirectory: downloads) { received in
                 events(.progress(task, received: received))
             }
