@@ -5,7 +5,8 @@
 # (release build), and three worker processes on the queue (JOBS3 each). Prints mean times and
 # ratios (goal: <= 2.5x xargs curl, with the queue as well as without). Then a second prestage
 # run with nothing new, and one worker against three (`--queue`, one PostgreSQL) on BIG_COUNT
-# packages of BIG_MIB MiB, against xargs curl.
+# packages of BIG_MIB MiB, against xargs curl (BIG=0 skips these two: the rounds only). Also
+# prints each command's CPU time per run (user + system, hyperfine's, children included).
 # PostgreSQL runs from Debian's binaries (PG_BIN) as the postgres user in a temporary folder.
 # STRACE=1 counts sync and metadata syscalls per package instead (see below).
 #
@@ -152,14 +153,16 @@ hyperfine -N --runs 1 --export-json "$WORK/prestage-$round.json" \
   --prepare "$CLEAR $WORK/out-curl mkdir" \
   -n "xargs curl" "sh -c 'cd $WORK/out-curl && xargs -P16 -n50 curl -s --remote-name-all < $WORK/urls.txt'" >&2
 done
+# BIG=0 stops here (the round table only): a shorter run, for before/after comparisons.
+BIG_COUNT=${BIG_COUNT:-64}
+BIG_MIB=${BIG_MIB:-8}
+BIG_JOBS=${BIG_JOBS:-8}
+if [ "${BIG:-1}" != 0 ]; then
 # Idempotent second run: nothing new to fetch.
 hyperfine -N --runs 5 --export-json "$WORK/again.json" \
   -n "prestage again" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" >&2
 
 # One worker against three on bigger packages: the same catalog, one PostgreSQL queue.
-BIG_COUNT=${BIG_COUNT:-64}
-BIG_MIB=${BIG_MIB:-8}
-BIG_JOBS=${BIG_JOBS:-8}
 echo "making $BIG_COUNT packages of ${BIG_MIB} MiB..." >&2
 mkdir -p "$WORK/upstream/big"
 python3 - "$WORK" "$BIG_COUNT" "$BIG_MIB" "$BASE" <<'PY'
@@ -194,18 +197,20 @@ hyperfine -N --runs "${BIG_RUNS:-3}" --export-json "$WORK/workers.json" \
   --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-big'" -n "3 workers" "$THREE" \
   --prepare "$CLEAR $WORK/out-bigcurl mkdir" \
   -n "xargs curl big" "sh -c 'cd $WORK/out-bigcurl && xargs -P$BIG_JOBS -n4 curl -s --remote-name-all < $WORK/big-urls.txt'" >&2
+fi
 
 python3 - "$WORK/prestage" "$WORK/again.json" "$COUNT" "$SIZE_KIB" "$WORK/workers.json" "$BIG_COUNT" "$BIG_MIB" "$BIG_JOBS" "$TRASH" <<'PY'
-import glob, json, statistics, sys
-rounds = []
+import glob, json, os, statistics, sys
+rounds, cpus = [], []
 for path in sorted(glob.glob(sys.argv[1] + "-*.json"), key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0])):
     if path.endswith("-0.json"): continue  # the warm-up round
-    rounds.append({x["command"]: x["mean"] for x in json.load(open(path))["results"]})
+    results = json.load(open(path))["results"]
+    rounds.append({x["command"]: x["mean"] for x in results})
+    cpus.append({x["command"]: (x["user"], x["system"]) for x in results})
 r = {name: statistics.mean(x[name] for x in rounds) for name in rounds[0]}
 def per_round(name):
     ratios = [x[name] / x["xargs curl"] for x in rounds]
     return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
-again = json.load(open(sys.argv[2]))["results"][0]["mean"]
 courier, queue, aria, curl = r["courier prestage --jobs 16"], r["courier prestage --queue --jobs 16"], r["aria2c -j16"], r["xargs curl"]
 queue3 = r["courier prestage --queue, 3 workers"]
 print("previous output: " + ("moved aside (TRASH=1)" if sys.argv[9] else "removed with rm -rf (TRASH=0)"))
@@ -215,6 +220,13 @@ print(f"courier/curl = {courier/curl:.2f}, queue/curl = {queue/curl:.2f}, 3 work
       f"courier/aria2c = {courier/aria:.2f}")
 print(f"median of {len(rounds)} per-round ratios to curl (range): courier {per_round('courier prestage --jobs 16')}, "
       f"queue {per_round('courier prestage --queue --jobs 16')}, 3 workers {per_round('courier prestage --queue, 3 workers')}")
+cpu = {name: [statistics.mean(x[name][i] for x in cpus) for i in (0, 1)] for name in cpus[0]}
+print("CPU per run (user + system, mean of the rounds; user in parentheses): " + ", ".join(
+    f"{short} {cpu[name][0] + cpu[name][1]:.3f} s ({cpu[name][0]:.3f})" for short, name in [
+        ("courier", "courier prestage --jobs 16"), ("queue", "courier prestage --queue --jobs 16"),
+        ("3 workers", "courier prestage --queue, 3 workers"), ("aria2c", "aria2c -j16"), ("curl", "xargs curl")]))
+if not os.path.exists(sys.argv[2]): sys.exit(0)  # BIG=0
+again = json.load(open(sys.argv[2]))["results"][0]["mean"]
 print(f"second run with nothing new: {again:.3f} s")
 w = {x["command"]: x["mean"] for x in json.load(open(sys.argv[5]))["results"]}
 one, three, bigcurl = w["1 worker"], w["3 workers"], w["xargs curl big"]
