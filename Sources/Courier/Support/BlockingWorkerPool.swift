@@ -19,23 +19,19 @@ public final class BlockingWorkerPool: Sendable {
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await slots.wait()
         defer { slots.signal() }
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                continuation.resume(with: Result { try body() })
-            }
-        }
+        return try await Self.detached(on: queue, body)
     }
 }
 
 extension BlockingWorkerPool {
-    /// Runs `body` on a Dispatch thread, never on Swift's cooperative pool, for callers that bound
-    /// their own blocking work (hashing, checking, building): one step per prestage worker, one
-    /// per delta update.
-    static func detached<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    /// Runs `body` on `queue`, a Dispatch thread, never on Swift's cooperative pool, for callers
+    /// that bound their own blocking work (hashing, checking, building): one step per prestage
+    /// worker, one per delta update, a download's open and rename on its transfer worker.
+    static func detached<T: Sendable>(
+        on queue: DispatchQueue = .global(qos: .utility), _ body: @escaping @Sendable () throws -> T
+    ) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global(qos: .utility).async {
-                continuation.resume(with: Result { try body() })
-            }
+            queue.async { continuation.resume(with: Result { try body() }) }
         }
     }
 }

@@ -196,7 +196,7 @@ public final class TransferEngine: Sendable {
 
         let queue = workers.next()
         let openLogger = logger
-        let opened: OpenedDownload = try await Self.onQueue(queue) {
+        let opened: OpenedDownload = try await BlockingWorkerPool.detached(on: queue) {
             try Self.open(request, store: store, logger: openLogger)
         }
         defer { close(opened.fd) }
@@ -276,7 +276,7 @@ public final class TransferEngine: Sendable {
                 hint: "the download was discarded; running it again starts over"
             )
         }
-        try await Self.onQueue(queue) {
+        try await BlockingWorkerPool.detached(on: queue) {
             try Self.place(request)
             if request.resetsJournalWhenPlaced { try store.remove(downloadId: request.id) }
         }
@@ -558,12 +558,6 @@ public final class TransferEngine: Sendable {
         if folder >= 0 {
             fsync(folder)
             close(folder)
-        }
-    }
-
-    private static func onQueue<T: Sendable>(_ queue: DispatchQueue, _ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: Result { try body() }) }
         }
     }
 }
