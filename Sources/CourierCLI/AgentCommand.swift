@@ -2,7 +2,6 @@ import ArgumentParser
 import Courier
 import Foundation
 import Logging
-import ServiceLifecycle
 
 /// `courier agent`: the long-running client agent with its control socket.
 struct AgentCommand: AsyncParsableCommand {
@@ -61,12 +60,7 @@ struct AgentCommand: AsyncParsableCommand {
             options.checkInterval = checkInterval
             // Under systemd (Type=notify): ready once the control socket listens.
             options.onReady = { SystemdNotify.send("READY=1\nSTATUS=delivering; control socket \(layout.agentSocket.path)") }
-            let agent = client.agent(options: options)
-            var groupConfiguration = ServiceGroupConfiguration(
-                services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-            groupConfiguration.maximumGracefulShutdownDuration = .seconds(4)
-            let group = ServiceGroup(configuration: groupConfiguration)
-            try await group.run()
+            try await client.runAgent(options: options)
         }
     }
 }

@@ -171,3 +171,15 @@ final class RetryBook: Sendable {
     func record(_ id: String) { attemptsById.withLock { $0[id, default: 0] += 1 } }
     func forget(except live: Set<String>) { attemptsById.withLock { $0 = $0.filter { live.contains($0.key) } } }
 }
+
+extension CourierClient {
+    /// Runs the agent over this client (`agent(options:)`) in a service group until SIGTERM or
+    /// SIGINT, which checkpoint and pause its downloads: it returns within 5 seconds of the
+    /// signal (4 s of graceful shutdown, docs/agent.md).
+    public func runAgent(options: CourierAgent.Options) async throws {
+        var configuration = ServiceGroupConfiguration(
+            services: [.init(service: agent(options: options))], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        configuration.maximumGracefulShutdownDuration = .seconds(4)
+        try await ServiceGroup(configuration: configuration).run()
+    }
+}
