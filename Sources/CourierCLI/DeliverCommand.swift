@@ -21,36 +21,27 @@ struct DeliverCommand: AsyncParsableCommand {
         try await global.run { output in
             let client = try global.client(purchase.receiptOptions)
             defer { client.shutdown() }
-            let enqueued = try await client.enqueue(purchase.purchase())
-            // A purchase whose product the catalog does not list is said, and exits 3, after
-            // the others are delivered; it stays unfinished.
-            let notInCatalog = enqueued.notInCatalogError
-            if let notInCatalog, !output.json { output.note("courier: \(notInCatalog.message)") }
-            let transactions = enqueued.transactions
-            let ids = Set(transactions.map(\.id))
-            // Purchases of products the catalog lists without hosted content: finished with nothing to download.
-            let contentless = try transactions.filter { $0.state != .finished && $0.state != .failed }
-                .filter { try client.queue.downloads(transactionId: $0.id).isEmpty }
-            if transactions.allSatisfy({ $0.state == .finished }) {
-                if output.json {
-                    // The same fields as a first run's result (docs/json.md), nothing new in them.
-                    try await client.deliver(scope: .transactions(ids), output: output, retryStopped: false)
-                } else {
-                    output.line("Nothing to do: \(transactions.count == 1 ? "this purchase was" : "these \(transactions.count) purchases were") already delivered.")
+            let plan = try await client.planDelivery(purchase.purchase())
+            if let notInCatalog = plan.notInCatalog, !output.json { output.note("courier: \(notInCatalog.message)") }
+            switch plan.action {
+            case .refused(let error):
+                throw error
+            case .alreadyDelivered where output.json:
+                // The same fields as a first run's result (docs/json.md), nothing new in them.
+                try await client.deliver(scope: plan.scope, output: output, retryStopped: false)
+            case .alreadyDelivered:
+                let count = plan.transactions.count
+                output.line("Nothing to do: \(count == 1 ? "this purchase was" : "these \(count) purchases were") already delivered.")
+            case .deliver(let contentless):
+                if !output.json {
+                    for transaction in contentless {
+                        output.line("\(transaction.productId): no hosted content in the catalog; nothing to download, purchase finished")
+                    }
                 }
-                if let notInCatalog { throw notInCatalog }
-                return
+                try await client.deliver(scope: plan.scope, output: output, retryStopped: true)
             }
-            if let revoked = transactions.first(where: { $0.state == .failed }), transactions.allSatisfy({ $0.state == .failed }) {
-                throw CourierError(revoked.errorCode ?? .notEntitled, revoked.errorMessage ?? "the transaction failed")
-            }
-            if !output.json {
-                for transaction in contentless {
-                    output.line("\(transaction.productId): no hosted content in the catalog; nothing to download, purchase finished")
-                }
-            }
-            try await client.deliver(scope: .transactions(ids), output: output, retryStopped: true)
-            if let notInCatalog { throw notInCatalog }
+            // Said first; thrown (exit 3) after the others are delivered: it stays unfinished.
+            if let notInCatalog = plan.notInCatalog { throw notInCatalog }
         }
     }
 }
@@ -109,19 +100,6 @@ extension CourierClient {
                 output.info("courier: \(download.contentIdentifier) \(state)\(next)")
             }
         }
-        if let error = Self.stopError(summary, interrupted: interrupted, checkpointed: "downloads") { throw error }
-    }
-
-    /// The error a foreground run ends with: interrupted (exit 7, resumable), else the first
-    /// download error, a space shortage with its next step (the stored error keeps only its message).
-    static func stopError(_ summary: DeliverySummary, interrupted: Bool, checkpointed what: String) -> CourierError? {
-        if interrupted {
-            return CourierError(.paused, "interrupted; the \(what) are checkpointed", hint: "run the same command again to continue")
-        }
-        guard var error = summary.firstError else { return nil }
-        if error.code == .insufficientSpace && error.hint == nil {
-            error.hint = "free space there, or lower transfer.diskReserve; then run the same command again (or courier resume --stalled)"
-        }
-        return error
+        if let error = summary.endError(interrupted: interrupted, checkpointed: "downloads") { throw error }
     }
 }

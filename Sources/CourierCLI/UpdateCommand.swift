@@ -37,25 +37,13 @@ struct UpdateCommand: AsyncParsableCommand {
             // Only a store with delivered content has anything to update: none is created here.
             let client = try global.client(receiptOptions, existingStore: true)
             defer { client.shutdown() }
-            let plan = try await client.planUpdates(.init(products: products, catalog: catalog, receipt: receipt))
-            let named = Set(products)
-            // Said, and left as they are: downgrades, refunds, content the catalog dropped.
-            let skipped = plan.skipped.filter { $0.reason != .notInCatalog || named.contains($0.productId) }
-            if !output.json { for skip in skipped { output.info("courier: \(skip.message)") } }
-            let installed = Set(plan.upToDate.map(\.productId) + plan.updates.map(\.productId) + plan.skipped.map(\.productId))
-            let missing = named.subtracting(installed).sorted()
-            if !output.json, !missing.isEmpty {
-                output.info("courier: not delivered in this store: \(missing.joined(separator: ", "))")
+            let run = try await client.prepareUpdates(.init(products: products, catalog: catalog, receipt: receipt))
+            let (plan, skipped) = (run.plan, run.skipped)
+            if !output.json {
+                for skip in skipped { output.info("courier: \(skip.message)") }
+                if !run.missing.isEmpty { output.info("courier: not delivered in this store: \(run.missing.joined(separator: ", "))") }
             }
-
-            let queued = try client.queueUpdates(plan)
-            // Updates an earlier run left unfinished (interrupted, paused, failed) continue too.
-            let pending = try client.queue.pendingUpdates().filter { named.isEmpty || named.contains($0.productId) }
-            var ids = Set(queued.map(\.id))
-            for record in pending { ids.insert(record.id) }
-
-            let refusal = Self.refusal(skipped: skipped, missing: missing)
-            guard !ids.isEmpty else {
+            guard !run.downloads.isEmpty else {
                 if output.json {
                     output.emit(Self.result(updated: [], unfinished: [], plan: plan, skipped: skipped))
                 } else if plan.updates.isEmpty {
@@ -66,10 +54,10 @@ struct UpdateCommand: AsyncParsableCommand {
                                 : current == 1 ? "\(plan.upToDate[0].contentIdentifier) \(plan.upToDate[0].version) is up to date."
                                 : "\(current) delivered contents are up to date."))
                 }
-                if let refusal { throw refusal }
+                if let refusal = run.refusal { throw refusal }
                 return
             }
-            for record in try ids.sorted().compactMap({ try client.queue.download($0) }) {
+            for record in run.downloads {
                 let from = record.updateFrom ?? "?"
                 if output.json {
                     output.emit([
@@ -82,8 +70,7 @@ struct UpdateCommand: AsyncParsableCommand {
                 }
             }
 
-            let scope = DeliveryScope.downloads(ids)
-            let (summary, view, interrupted) = try await client.runInForeground(scope: scope, output: output, retryStopped: true)
+            let (summary, view, interrupted) = try await client.runInForeground(scope: run.scope, output: output, retryStopped: true)
             let updated = try summary.finishedDownloads.compactMap { try client.queue.download($0) }
             if output.json {
                 output.emit(Self.result(updated: updated, unfinished: summary.unfinished, plan: plan, skipped: skipped))
@@ -94,26 +81,9 @@ struct UpdateCommand: AsyncParsableCommand {
                     output.info("courier: the update of \(download.contentIdentifier) is \(state)")
                 }
             }
-            if let error = CourierClient.stopError(summary, interrupted: interrupted, checkpointed: "updates") { throw error }
-            if let refusal { throw refusal }
+            if let error = summary.endError(interrupted: interrupted, checkpointed: "updates") { throw error }
+            if let refusal = run.refusal { throw refusal }
         }
-    }
-
-    /// The error a run ends with after its updates: content a purchase no longer entitles
-    /// (exit 3), else a named product that is not delivered here (exit 1); nil when neither.
-    static func refusal(skipped: [UpdatePlan.Skipped], missing: [String]) -> CourierError? {
-        let refused = skipped.filter { $0.reason == .notEntitled }
-        if !refused.isEmpty {
-            return CourierError(
-                .notEntitled, refused.map(\.message).joined(separator: "; "),
-                hint: "the installed version is kept; a purchase that entitles it again lets the next update run")
-        }
-        if !missing.isEmpty {
-            return CourierError(
-                .notFound, "not delivered in this store: \(missing.joined(separator: ", "))",
-                hint: "courier update updates delivered content; deliver a purchase first")
-        }
-        return nil
     }
 
     /// The `result` event of `update --json` (docs/json.md).

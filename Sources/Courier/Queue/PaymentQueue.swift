@@ -165,6 +165,12 @@ public final class PaymentQueue: Sendable {
         try read { db in try QueueStore.fetchDownloads(db, transactionId: transactionId) }
     }
 
+    /// Of `transactionIds`, those with no download (products the catalog lists without hosted
+    /// content), in one read.
+    public func withoutDownloads(_ transactionIds: Set<String>) throws -> Set<String> {
+        try read { db in try QueueStore.transactionsWithoutDownloads(db, ids: transactionIds) }
+    }
+
     /// Every transaction not yet finished, oldest first: what a process picks up at start.
     public func unfinished() throws -> [TransactionRecord] {
         try read { db in try QueueStore.unfinishedTransactions(db) }

@@ -183,6 +183,15 @@ enum QueueStore {
         ).map { try download($0) }
     }
 
+    /// Of `transactionIds`, those without any download.
+    static func transactionsWithoutDownloads(_ db: Database, ids: Set<String>) throws -> Set<String> {
+        Set(
+            try String.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT transactionId FROM downloads)"),
+                arguments: [DeliveryScope.jsonList(ids)]))
+    }
+
     static func insert(_ db: Database, download d: DownloadRecord) throws {
         try db.cachedStatement(sql: """
                 INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
