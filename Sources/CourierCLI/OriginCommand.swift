@@ -24,9 +24,11 @@ struct OriginNginxConfigCommand: AsyncParsableCommand {
             /catalog.json asks a gate (`courier serve` with the receipt gate) at /authorize \
             (auth_request), balancing over the gates and moving to the next on a connection error \
             or timeout; 401 and 403 reach the client as the gate said them. nginx reuses a gate's \
-            decision for the same token and path for --decision-cache seconds (default 2; 0 turns \
+            allow for the same token and path for --decision-cache seconds (default 2; 0 turns \
             the cache off), so a refund takes up to that long (plus a second) to reach nginx; an \
-            allow never outlives the token's own expiry.
+            allow never outlives the token's own expiry, and refusals are not reused. A signed \
+            transaction (Bearer HEADER.PAYLOAD.SIGNATURE) is keyed by its payload and signature, \
+            any other Authorization value by the whole value.
             """
     )
 
@@ -46,7 +48,7 @@ struct OriginNginxConfigCommand: AsyncParsableCommand {
 
     @Option(
         name: .customLong("decision-cache"),
-        help: "Seconds nginx reuses a gate's decision for the same token and path (0: ask the gate for every request)."
+        help: "Seconds nginx reuses a gate's allow for the same token and path (0: ask the gate for every request)."
     )
     var decisionCache: Int = NginxGateConfiguration.defaultDecisionCache
 
