@@ -16,53 +16,31 @@ public enum ByteRangeRequest: Sendable, Equatable {
     /// Interprets `header` against a representation of `length` bytes (a negative length is
     /// taken as 0).
     public init(header: String?, length: Int64) {
-        let length = max(0, length)
-        guard let header else {
-            self = .whole
-            return
-        }
-        let trimmed = header.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes=") else {
-            self = .whole
-            return
+        self = Self.parse(header, length: max(0, length))
+    }
+
+    private static func parse(_ header: String?, length: Int64) -> ByteRangeRequest {
+        guard let trimmed = header?.trimmingCharacters(in: .whitespaces), trimmed.lowercased().hasPrefix("bytes=") else {
+            return .whole
         }
         let spec = trimmed.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
-        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else {
-            self = .whole
-            return
-        }
+        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return .whole }
         let first = spec[..<dash].trimmingCharacters(in: .whitespaces)
         let last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
         if first.isEmpty {
             // A suffix range: the last N bytes.
-            guard let suffix = Self.digits(last) else {
-                self = .whole
-                return
-            }
-            guard suffix > 0, length > 0 else {
-                self = .unsatisfiable
-                return
-            }
-            self = .partial(max(0, length - suffix)...(length - 1))
-            return
+            guard let suffix = digits(last) else { return .whole }
+            guard suffix > 0, length > 0 else { return .unsatisfiable }
+            return .partial(max(0, length - suffix)...(length - 1))
         }
-        guard let start = Self.digits(first) else {
-            self = .whole
-            return
-        }
+        guard let start = digits(first) else { return .whole }
         var end = length - 1
         if !last.isEmpty {
-            guard let value = Self.digits(last), value >= start else {
-                self = .whole
-                return
-            }
+            guard let value = digits(last), value >= start else { return .whole }
             end = min(value, length - 1)
         }
-        guard start < length else {
-            self = .unsatisfiable
-            return
-        }
-        self = .partial(start...end)
+        guard start < length else { return .unsatisfiable }
+        return .partial(start...end)
     }
 
     /// Interprets a `Range` header value given as raw bytes (as it came off the wire; invalid
