@@ -29,11 +29,13 @@ enum CurlJobStop: Sendable {
 ///
 /// Subclasses override the hooks; every hook runs on the loop thread. `requestStop` may be
 /// called from any thread.
-class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop thread only; `stopLock` guards `stopReason`.
-    private let stopLock = NSLock()
-    private var stopReason: CurlJobStop?
-    /// The loop this job was posted to (set by `CurlMultiLoop.add`).
-    fileprivate weak var loop: CurlMultiLoop?
+class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop thread only; `posted` is a Mutex.
+    /// The stop asked for, if any, and the loop this job was posted to (set by `CurlMultiLoop.add`).
+    private struct Posted {
+        var stop: CurlJobStop?
+        weak var loop: CurlMultiLoop?
+    }
+    private let posted = Mutex(Posted())
     /// The easy handle while the job is on the loop.
     fileprivate(set) var easy: UnsafeMutableRawPointer?
     /// When the watchdog last saw life (a received byte, a resume from backpressure).
@@ -111,31 +113,21 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
     /// Asks the loop to stop this job; `didFinish` follows with `stop`. Safe from any thread,
     /// before or after the job was added.
     func requestStop(_ reason: CurlJobStop = .requested) {
-        stopLock.lock()
-        if stopReason == nil { stopReason = reason }
-        let loop = self.loop
-        stopLock.unlock()
-        loop?.post(.stop(self))
+        posted.withLock { posted in
+            if posted.stop == nil { posted.stop = reason }
+            return posted.loop
+        }?.post(.stop(self))
     }
 
-    var pendingStop: CurlJobStop? {
-        stopLock.lock()
-        defer { stopLock.unlock() }
-        return stopReason
-    }
+    var pendingStop: CurlJobStop? { posted.withLock { $0.stop } }
 
     fileprivate func attach(_ loop: CurlMultiLoop) {
-        stopLock.lock()
-        self.loop = loop
-        stopLock.unlock()
+        posted.withLock { $0.loop = loop }
     }
 
     /// Asks the loop to resume receiving after `pauseReceiving`. Safe from any thread.
     func resumeReceiving() {
-        stopLock.lock()
-        let loop = self.loop
-        stopLock.unlock()
-        loop?.post(.unpause(self))
+        posted.withLock { $0.loop }?.post(.unpause(self))
     }
 }
 
@@ -156,7 +148,7 @@ class AwaitedJob<Value: Sendable>: CurlJob, @unchecked Sendable {  // @unchecked
 /// Other threads post commands (add, stop, unpause) and wake it with `curl_multi_wakeup`; the
 /// thread never blocks on disk or hashing. The multi handle keeps a connection cache, so jobs to
 /// the same host reuse connections.
-final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and `stopped` are guarded by `lock`; the rest is loop-thread only.
+final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `inbox` is a Mutex; the rest is loop-thread only.
     enum Command {
         case add(CurlJob)
         case stop(CurlJob)
@@ -164,9 +156,8 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and 
     }
 
     private let multi: UnsafeMutableRawPointer
-    private let lock = NSLock()
-    private var commands: [Command] = []
-    private var stopped = false
+    /// Commands posted since the loop's last turn, and whether `shutdown` was asked.
+    private let inbox = Mutex((commands: [Command](), stopped: false))
     private let threadExited = DispatchSemaphore(value: 0)
     /// Jobs on the multi handle, keyed by their easy handle (loop thread only).
     private var jobs: [UnsafeMutableRawPointer: CurlJob] = [:]
@@ -190,26 +181,24 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and 
     }
 
     func post(_ command: Command) {
-        lock.lock()
-        if stopped {
-            lock.unlock()
-            if case .add(let job) = command {
-                // Never started: tell it so on this thread (no handle exists yet).
-                job.didFinish(CURLE_ABORTED_BY_CALLBACK, stop: .shutdown)
-            }
+        let posted = inbox.withLock { inbox in
+            if !inbox.stopped { inbox.commands.append(command) }
+            return !inbox.stopped
+        }
+        guard posted else {
+            // Never started: tell it so on this thread (no handle exists yet).
+            if case .add(let job) = command { job.didFinish(CURLE_ABORTED_BY_CALLBACK, stop: .shutdown) }
             return
         }
-        commands.append(command)
-        lock.unlock()
         curl_multi_wakeup(multi)
     }
 
     /// Stops every job (`didFinish` with `.shutdown`) and ends the thread; waits for it.
     func shutdown() {
-        lock.lock()
-        let wasStopped = stopped
-        stopped = true
-        lock.unlock()
+        let wasStopped = inbox.withLock { inbox in
+            defer { inbox.stopped = true }
+            return inbox.stopped
+        }
         guard !wasStopped else { return }
         curl_multi_wakeup(multi)
         threadExited.wait()
@@ -217,11 +206,10 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `commands` and 
 
     private func run() {
         while true {
-            lock.lock()
-            let pending = commands
-            commands.removeAll(keepingCapacity: true)
-            let isStopping = stopped
-            lock.unlock()
+            let (pending, isStopping) = inbox.withLock { inbox in
+                defer { inbox.commands.removeAll(keepingCapacity: true) }
+                return (inbox.commands, inbox.stopped)
+            }
             for command in pending { perform(command) }
             if isStopping {
                 for job in Array(jobs.values) { finish(job, result: CURLE_ABORTED_BY_CALLBACK, stop: .shutdown) }
