@@ -54,6 +54,19 @@ struct PaymentQueueTests {
         #expect(try queue.downloads(transactionId: "2000").isEmpty)
     }
 
+    @Test("withoutDownloads names, in one read, the transactions that have no download")
+    func withoutDownloads() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let queue = try QueueFixtures.queue(directory)
+        let hosted = QueueFixtures.transaction("3000")
+        let contentless = QueueFixtures.transaction("3001", product: "com.example.subscription")
+        _ = try queue.add([hosted, contentless], content: [QueueFixtures.content(for: hosted)])
+        #expect(try queue.withoutDownloads(["3000", "3001"]) == ["3001"])
+        #expect(try queue.withoutDownloads(["3000"]).isEmpty)
+        #expect(try queue.withoutDownloads([]).isEmpty)
+    }
+
     @Test("finish is refused while downloads are unfinished, idempotent after, and never re-queues")
     func finish() throws {
         let directory = try TemporaryDirectory()
