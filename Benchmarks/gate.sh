@@ -28,6 +28,10 @@
 # Prints also wrk's p99 latency and the gates' p99 decision time from their
 # courier_gate_decision_seconds histograms (what the gates were asked during all gated runs of a
 # case), and the load average.
+# Before/after a change of the printed configuration, in the same run: CONFIG_BIN prints the
+# configurations (default: the gates' binary), and the setup "baseline" (add it to SETUPS) is the
+# cached setup with the configuration BASELINE_BIN prints (an older courier), e.g.
+#   SETUPS="alone cached baseline" BASELINE_BIN=/tmp/courier-before Benchmarks/gate.sh
 #   Benchmarks/gate.sh
 #   COURIER_BIN=.build/debug/courier DURATION=3 ROUNDS=2 BIG_MIB=16 Benchmarks/gate.sh   # a quick check
 set -euo pipefail
@@ -44,6 +48,8 @@ TOKENS=${TOKENS:-64}
 DECISION_CACHE=${DECISION_CACHE:-2}  # seconds nginx reuses a gate's decision in the cached run
 ROUNDS=${ROUNDS:-7}            # interleaved rounds per case
 SETUPS=${SETUPS:-"alone cached uncached"}  # the order of the first round (the next is reversed)
+CONFIG_BIN=${CONFIG_BIN:-}     # the courier that prints the configurations (default: the gates')
+BASELINE_BIN=${BASELINE_BIN:-} # the courier that prints the "baseline" setup's configuration
 SERVER_CPU=${SERVER_CPU:-0}    # nginx and the gates
 CLIENT_CPU=${CLIENT_CPU:-1}    # wrk
 PIN=${PIN:-1}
@@ -74,6 +80,11 @@ if [ -z "${COURIER_BIN:-}" ]; then
 else
   BIN=$(realpath "$COURIER_BIN")
 fi
+PRINTER=$BIN; [ -n "$CONFIG_BIN" ] && PRINTER=$(realpath "$CONFIG_BIN")
+case " $SETUPS " in
+  *" baseline "*) [ -n "$BASELINE_BIN" ] || { echo "gate.sh: the baseline setup needs BASELINE_BIN" >&2; exit 2; }
+    BASELINE_BIN=$(realpath "$BASELINE_BIN") ;;
+esac
 WORK=$(mktemp -d /tmp/courier-bench-gate.XXXXXX)
 PIDS=()
 cleanup() {
@@ -148,12 +159,13 @@ mkdir -p "$WORK/plain"
 start_nginx "$WORK/content" "$WORK/plain"
 PLAIN_PORT=$NGINX_PORT; PLAIN_MASTER=$NGINX_PID; PIDS+=("$NGINX_PID"); NGINX_PID=""
 
-# gated_nginx NAME CACHE_SECONDS: starts nginx with the printed configuration; sets GATED_PORT.
+# gated_nginx NAME CACHE_SECONDS [COURIER]: starts nginx with the configuration COURIER (default
+# PRINTER) prints; sets GATED_PORT.
 gated_nginx() {
   local dir="$WORK/$1" port
   mkdir -p "$dir"
   port=$(free_port)
-  "$BIN" origin nginx-config --content "$WORK/content" "${GATE_ARGS[@]}" --listen "127.0.0.1:$port" \
+  "${3:-$PRINTER}" origin nginx-config --content "$WORK/content" "${GATE_ARGS[@]}" --listen "127.0.0.1:$port" \
     --decision-cache "$2" --decision-cache-path "$dir/decisions" > "$dir/courier.conf"
   cat > "$dir/nginx.conf" <<CONF
 $user
@@ -173,11 +185,15 @@ CONF
   server_cpu /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >/dev/null 2>&1 &
   PIDS+=($!); GATED_MASTER=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/catalog.json" && break; sleep 0.05; done
-  # Sanity: the gated nginx refuses without a token and serves with one.
-  local token
+  # Sanity: the gated nginx refuses without a token, and a copy of one with another JWS header
+  # (asked first, before its payload and signature have an allow cached), and serves with one.
+  local token altered
   token=$(head -n 1 "$WORK/tokens-whole")
+  altered="$(printf '{"alg":"ES256"}' | base64 | tr '+/' '-_' | tr -d '=\n').${token#*.}"
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/$WHOLE")" = 401 ] \
     || { echo "gate.sh: the gate let an anonymous request in" >&2; exit 1; }
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $altered" "http://127.0.0.1:$port/$WHOLE")" = 401 ] \
+    || { echo "gate.sh: the gate let a token with an altered header in" >&2; exit 1; }
   [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$port/$WHOLE")" = 200 ] \
     || { echo "gate.sh: the gated nginx does not serve a purchase; $(tail -3 "$dir/nginx-error.log")" >&2; exit 1; }
   GATED_PORT=$port
@@ -185,6 +201,10 @@ CONF
 user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
 gated_nginx uncached 0; UNCACHED_PORT=$GATED_PORT; UNCACHED_MASTER=$GATED_MASTER
 gated_nginx cached "$DECISION_CACHE"; CACHED_PORT=$GATED_PORT; CACHED_MASTER=$GATED_MASTER
+BASELINE_MASTER=""
+if [ -n "$BASELINE_BIN" ]; then
+  gated_nginx baseline "$DECISION_CACHE" "$BASELINE_BIN"; BASELINE_PORT=$GATED_PORT; BASELINE_MASTER=$GATED_MASTER
+fi
 
 # wrk scripts: every request carries one of the tokens (round robin); ranges start at a random MiB.
 write_script() {  # write_script NAME PATH TOKENS RANGED
@@ -256,7 +276,7 @@ snapshot() {  # snapshot NAME: every gate's metrics now
 
 # Every nginx process on the server's CPU at the benchmark's niceness (the gated ones and the
 # gates were started so).
-for master in "$PLAIN_MASTER" "$UNCACHED_MASTER" "$CACHED_MASTER"; do
+for master in "$PLAIN_MASTER" "$UNCACHED_MASTER" "$CACHED_MASTER" $BASELINE_MASTER; do
   pin "$master" $(nginx_workers "$master")
 done
 
@@ -269,14 +289,15 @@ for round in $(seq "$ROUNDS"); do
       case $setup in
         alone) echo "== round $round, $case: nginx alone" >&2
           measured_wrk "$PLAIN_PORT" "$case" "$out" "$PLAIN_MASTER" ;;
-        cached|uncached)
+        cached|uncached|baseline)
           port=$UNCACHED_PORT; master=$UNCACHED_MASTER
           [ "$setup" = cached ] && port=$CACHED_PORT && master=$CACHED_MASTER
+          [ "$setup" = baseline ] && port=$BASELINE_PORT && master=$BASELINE_MASTER
           echo "== round $round, $case: nginx + auth_request + $GATES gate(s), $setup" >&2
           snapshot "$case-$setup-$round-before"
           measured_wrk "$port" "$case" "$out" "$master"
           snapshot "$case-$setup-$round-after" ;;
-        *) echo "gate.sh: unknown setup $setup (alone, cached, uncached)" >&2; exit 2 ;;
+        *) echo "gate.sh: unknown setup $setup (alone, cached, uncached, baseline)" >&2; exit 2 ;;
       esac
     done
     echo "$case $round $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/load.txt"
@@ -347,7 +368,8 @@ for line in open(f"{work}/load.txt").read().splitlines():
 where = f"server side on CPU {server_cpu}, wrk on CPU {client_cpu}" if pinned else "not pinned"
 where += f", niceness {nice}"
 print(f"{rounds} interleaved rounds of {duration} s per setup ({where}); ratios per round against the alone run of the same round")
-names = {"cached": f"decision cache {window} s", "uncached": "no decision cache"}
+names = {"cached": f"decision cache {window} s", "uncached": "no decision cache",
+         "baseline": f"decision cache {window} s, BASELINE_BIN's configuration"}
 for case, label in (("whole", f"whole {whole_kib} KiB file"), ("ranges", "1 MiB ranges")):
     runs = {s: [wrk(f"{work}/{case}-{s}-{r}.txt") for r in range(1, rounds + 1)] for s in setups}
     cpus = {s: [cpu(f"{work}/{case}-{s}-{r}.txt") for r in range(1, rounds + 1)] for s in setups}
