@@ -50,6 +50,43 @@ struct PackageManifestTests {
         #expect(try again.encoded() == Data(contentsOf: manifestURL))
     }
 
+    @Test("encoded() writes what JSONEncoder writes (sorted keys, `/` unescaped), for built and random manifests")
+    func encodedMatchesJSONEncoder() throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (zip, _) = try Self.makePackage(in: directory, files: ["a.txt": Data("alpha".utf8), "sub/b.bin": Data(count: 1000)])
+        var manifests = [try PackageManifest.build(package: zip)]
+        var generator = SystemRandomNumberGenerator()
+        func text() -> String {
+            var scalars = String.UnicodeScalarView()
+            for _ in 0..<Int.random(in: 0...12, using: &generator) {
+                let range: ClosedRange<UInt32> = [0...0x7F, 0x80...0xD7FF, 0xE000...0x10_FFFF].randomElement(using: &generator)!
+                if let scalar = UnicodeScalar(UInt32.random(in: range, using: &generator)) { scalars.append(scalar) }
+            }
+            return String(scalars)
+        }
+        func maybe<T>(_ value: T) -> T? { Bool.random(using: &generator) ? value : nil }
+        for _ in 0..<300 {
+            let entries = (0..<Int.random(in: 0...4, using: &generator)).map { _ in
+                PackageManifest.Entry(
+                    path: text(), type: Bool.random(using: &generator) ? .file : .directory,
+                    size: maybe(Int64.random(in: 0 ... .max, using: &generator)), sha256: maybe(text()),
+                    crc32: maybe(UInt32.random(in: 0 ... .max, using: &generator)), method: maybe(Int.random(in: -9...9, using: &generator)),
+                    compressedSize: maybe(Int64.random(in: .min ... .max, using: &generator)),
+                    offset: maybe(Int64.random(in: 0...1_000_000, using: &generator)), length: maybe(Int64.random(in: 30...1000, using: &generator)))
+            }
+            manifests.append(
+                PackageManifest(
+                    format: Int.random(in: -2...2, using: &generator), productId: text(), version: text(),
+                    package: .init(sha256: text(), length: Int64.random(in: 0 ... .max, using: &generator)), entries: entries))
+        }
+        for manifest in manifests {
+            #expect(try manifest.encoded() == encoder.encode(manifest))
+        }
+    }
+
     @Test("decode refuses traversal, overlaps, ranges outside the package, bad digests and methods")
     func decodeRefuses() throws {
         let digest = String(repeating: "ab", count: 32)
