@@ -7,6 +7,7 @@
 # run with nothing new, and one worker against three (`--queue`, one PostgreSQL) on BIG_COUNT
 # packages of BIG_MIB MiB, against xargs curl (BIG=0 skips these two: the rounds only). Also
 # prints each command's CPU time per run (user + system, hyperfine's, children included).
+# BEFORE_BIN=path runs another build beside it in the same rounds (before/after comparisons).
 # PostgreSQL runs from Debian's binaries (PG_BIN) as the postgres user in a temporary folder.
 # STRACE=1 counts sync and metadata syscalls per package instead (see below).
 #
@@ -140,8 +141,17 @@ QUEUE3="sh -c 'for i in 1 2 3; do $BIN prestage --catalog $WORK/catalog.json --d
 # next, minutes apart). Round 0 is a warm-up, not counted; RUNS rounds are (default 5). Reported:
 # the mean of each command over the rounds and the ratios of those means, then the median of the
 # per-round ratios (each round's courier time over the same round's curl time).
+# BEFORE_BIN=path adds another build's one-process and --queue runs to every round ("before"),
+# for a before/after comparison in the same rounds.
+BEFORE=()
+if [ -n "${BEFORE_BIN:-}" ]; then
+  BEFORE=(--prepare "$CLEAR $WORK/out-before"
+    -n "before prestage --jobs 16" "$BEFORE_BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-before --jobs 16 --json"
+    --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-before-queue'"
+    -n "before prestage --queue --jobs 16" "$BEFORE_BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-before-queue --jobs 16 --json --queue $PG_URL")
+fi
 for round in $(seq 0 "${RUNS:-5}"); do
-hyperfine -N --runs 1 --export-json "$WORK/prestage-$round.json" \
+hyperfine -N --runs 1 --export-json "$WORK/prestage-$round.json" "${BEFORE[@]}" \
   --prepare "$CLEAR $WORK/out-courier" \
   -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" \
   --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-queue'" \
@@ -221,10 +231,15 @@ print(f"courier/curl = {courier/curl:.2f}, queue/curl = {queue/curl:.2f}, 3 work
 print(f"median of {len(rounds)} per-round ratios to curl (range): courier {per_round('courier prestage --jobs 16')}, "
       f"queue {per_round('courier prestage --queue --jobs 16')}, 3 workers {per_round('courier prestage --queue, 3 workers')}")
 cpu = {name: [statistics.mean(x[name][i] for x in cpus) for i in (0, 1)] for name in cpus[0]}
+named = [("courier", "courier prestage --jobs 16"), ("queue", "courier prestage --queue --jobs 16"),
+         ("3 workers", "courier prestage --queue, 3 workers"), ("aria2c", "aria2c -j16"), ("curl", "xargs curl")]
+if "before prestage --jobs 16" in r:
+    before, before_queue = r["before prestage --jobs 16"], r["before prestage --queue --jobs 16"]
+    print(f"before (BEFORE_BIN): courier {before:.3f} s ({before/curl:.2f}x), queue {before_queue:.3f} s ({before_queue/curl:.2f}x); "
+          f"median per-round ratio courier {per_round('before prestage --jobs 16')}, queue {per_round('before prestage --queue --jobs 16')}")
+    named += [("before", "before prestage --jobs 16"), ("before queue", "before prestage --queue --jobs 16")]
 print("CPU per run (user + system, mean of the rounds; user in parentheses): " + ", ".join(
-    f"{short} {cpu[name][0] + cpu[name][1]:.3f} s ({cpu[name][0]:.3f})" for short, name in [
-        ("courier", "courier prestage --jobs 16"), ("queue", "courier prestage --queue --jobs 16"),
-        ("3 workers", "courier prestage --queue, 3 workers"), ("aria2c", "aria2c -j16"), ("curl", "xargs curl")]))
+    f"{short} {cpu[name][0] + cpu[name][1]:.3f} s ({cpu[name][0]:.3f})" for short, name in named))
 if not os.path.exists(sys.argv[2]): sys.exit(0)  # BIG=0
 again = json.load(open(sys.argv[2]))["results"][0]["mean"]
 print(f"second run with nothing new: {again:.3f} s")
