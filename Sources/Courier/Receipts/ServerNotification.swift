@@ -114,23 +114,9 @@ extension SignedTransactionVerifier {
         let (jws, encodedChain) = try Self.decodeHeader(signedPayload, owner: "the notification's")
         let notification = try ServerNotification(json: jws.payload)
         try await verifySignature(of: jws, chain: encodedChain, at: notification.signedDate ?? now, owner: "the notification's")
-        guard notification.bundleId == bundleId else {
-            throw ReceiptCheck.bundle.failure(
-                "the notification is for bundle \(notification.bundleId ?? "(none)"), not \(bundleId)",
-                hint: "pass --bundle-id or set receipts.bundleId"
-            )
-        }
-        guard let environment = notification.environment, environments.contains(environment) else {
-            throw ReceiptCheck.environment.failure(
-                "the notification's environment \(notification.environment ?? "(none)") is not one of \(environments.sorted().joined(separator: ", "))",
-                hint: "pass --environment \(notification.environment ?? "Production") to accept it"
-            )
-        }
-        if let signedDate = notification.signedDate, signedDate > now.addingTimeInterval(clockSkew) {
-            throw ReceiptCheck.futureDated.failure(
-                "the notification is signed \(Self.iso(signedDate)), later than now (\(Self.iso(now))) plus \(Int(clockSkew)) s of clock skew"
-            )
-        }
+        try checkClaims(
+            of: "the notification", bundleId: notification.bundleId, environment: notification.environment,
+            signedDate: notification.signedDate, now: now)
         var transaction: VerifiedTransaction?
         if let info = notification.signedTransactionInfo {
             transaction = try await verifyAllowingRevocation(info, now: now)

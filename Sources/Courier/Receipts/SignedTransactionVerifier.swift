@@ -50,7 +50,9 @@ public struct SignedTransactionVerifier: Sendable {
     /// (it entitles to nothing). For a list of transactions where one refund must not hide the rest.
     public func verifyAllowingRevocation(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {
         let payload = try await verifiedPayload(compactJWS)
-        try checkClaims(payload, now: now)
+        try checkClaims(
+            of: "the transaction", bundleId: payload.bundleId, environment: payload.environment, signedDate: payload.signedDate,
+            now: now)
         var transaction = payload.verifiedTransaction
         transaction.signedTransaction = String(compactJWS.trimmingASCIIWhitespace())
         return transaction
@@ -207,23 +209,24 @@ public struct SignedTransactionVerifier: Sendable {
         return leafKey
     }
 
-    /// The checks on what a verified token claims: bundle, environment, signedDate.
-    func checkClaims(_ payload: SignedTransactionPayload, now: Date) throws {
-        guard payload.bundleId == bundleId else {
+    /// The checks on what a verified token claims: bundle, environment, and a `signedDate` not in
+    /// the future (none is not checked). `owner` names it ("the transaction", "the notification").
+    func checkClaims(of owner: String, bundleId claimed: String?, environment: String?, signedDate: Date?, now: Date) throws {
+        guard claimed == bundleId else {
             throw ReceiptCheck.bundle.failure(
-                "the transaction is for bundle \(payload.bundleId), not \(bundleId)",
+                "\(owner) is for bundle \(claimed ?? "(none)"), not \(bundleId)",
                 hint: "pass --bundle-id or set receipts.bundleId"
             )
         }
-        guard environments.contains(payload.environment) else {
+        guard let environment, environments.contains(environment) else {
             throw ReceiptCheck.environment.failure(
-                "the transaction's environment \(payload.environment) is not one of \(environments.sorted().joined(separator: ", "))",
-                hint: "pass --environment \(payload.environment) to accept it"
+                "\(owner)'s environment \(environment ?? "(none)") is not one of \(environments.sorted().joined(separator: ", "))",
+                hint: "pass --environment \(environment ?? "Production") to accept it"
             )
         }
-        guard payload.signedDate <= now.addingTimeInterval(clockSkew) else {
+        if let signedDate, signedDate > now.addingTimeInterval(clockSkew) {
             throw ReceiptCheck.futureDated.failure(
-                "the transaction is signed \(Self.iso(payload.signedDate)), later than now (\(Self.iso(now))) plus \(Int(clockSkew)) s of clock skew"
+                "\(owner) is signed \(Self.iso(signedDate)), later than now (\(Self.iso(now))) plus \(Int(clockSkew)) s of clock skew"
             )
         }
     }
