@@ -53,12 +53,6 @@ public struct ServeConfiguration: Sendable, Codable, Equatable {
         self.state = state
     }
 
-    enum CodingKeys: String, CodingKey {
-        case content, catalog, host, port, `public`, limitRate, headerTimeout, idleTimeout, sendTimeout
-        case maxConnections, shutdownGracePeriod, metricsPort, state, maxTokenAge, tokenCacheSize
-        case tokenCacheLifetime, notifications
-    }
-
     /// Refuses settings the origin cannot run with, naming the key (`serve.port must be
     /// 0...65535`); `CourierConfiguration.decode` asks, and `courier serve` asks again once its
     /// flags are laid over the file.
