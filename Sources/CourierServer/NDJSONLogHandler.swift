@@ -1,3 +1,4 @@
+import Courier
 import Foundation
 import Logging
 
@@ -41,17 +42,7 @@ public struct NDJSONLogHandler: LogHandler {
         line.append(0x0A)
         Self.lock.lock()
         defer { Self.lock.unlock() }
-        line.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let n = write(descriptor, raw.baseAddress.map { $0 + offset }, raw.count - offset)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    return
-                }
-                offset += n
-            }
-        }
+        _ = line.withUnsafeBytes { writeAll(descriptor, $0) }
     }
 
     /// `date` as RFC 3339 in UTC with milliseconds: "2026-11-23T14:05:25.123Z" (the `time` of

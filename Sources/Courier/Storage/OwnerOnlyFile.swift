@@ -28,16 +28,8 @@ package enum OwnerOnlyFile {
             throw CourierError(.io, "cannot create \(path)", cause: String(cString: strerror(errno)))
         }
         defer { close(descriptor) }
-        try data.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw CourierError(.io, "cannot write \(path)", cause: String(cString: strerror(errno)))
-                }
-                offset += written
-            }
+        if let code = data.withUnsafeBytes({ writeAll(descriptor, $0) }) {
+            throw CourierError(.io, "cannot write \(path)", cause: String(cString: strerror(code)))
         }
         return true
     }

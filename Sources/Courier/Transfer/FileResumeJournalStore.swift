@@ -111,18 +111,7 @@ public struct FileResumeJournalStore: ResumeJournalStore {
         }
         let fd = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CourierError.posix("open", path: temporary.path) }
-        var written = 0
-        let failed: Int32? = data.withUnsafeBytes { raw in
-            while written < raw.count {
-                let count = write(fd, raw.baseAddress.map { $0 + written }, raw.count - written)
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    return errno
-                }
-                written += count
-            }
-            return !syncs || fsync(fd) == 0 ? nil : errno
-        }
+        let failed = data.withUnsafeBytes { writeAll(fd, $0) } ?? (!syncs || fsync(fd) == 0 ? nil : errno)
         close(fd)
         if let failed {
             unlink(temporary.path)
