@@ -133,14 +133,11 @@ public struct Catalog: Sendable, Codable, Equatable {
                 throw DecodingError.dataCorruptedError(
                     forKey: .mirrors, in: c, debugDescription: "mirror \(mirror.debugDescription) is not an absolute http(s) URL")
             }
-            guard (0...Self.maxLength).contains(length) else {
+            for (key, value) in [(CodingKeys.length, length), (.unpackedLength, unpackedLength)] {
+                guard let value, !(0...Self.maxLength).contains(value) else { continue }
                 throw DecodingError.dataCorruptedError(
-                    forKey: .length, in: c, debugDescription: "length \(length) is not between 0 and \(Self.maxLength)")
-            }
-            if let unpackedLength, !(0...Self.maxLength).contains(unpackedLength) {
-                throw DecodingError.dataCorruptedError(
-                    forKey: .unpackedLength, in: c,
-                    debugDescription: "unpackedLength \(unpackedLength) is not between 0 and \(Self.maxLength)")
+                    forKey: key, in: c,
+                    debugDescription: "\(key.stringValue) \(value) is not between 0 and \(Self.maxLength)")
             }
         }
     }
