@@ -79,6 +79,11 @@ public struct GateAnswer: Sendable, Equatable {
         self.validUntil = validUntil
     }
 
+    /// `decision`, valid until `validUntil` (nil: no known end).
+    init(_ decision: GateDecision, validUntil: Date? = nil) {
+        self.init(decision: decision, validUntil: validUntil)
+    }
+
     /// The longest window a gate lets a cache reuse a decision for, whatever it asks.
     public static let maximumCacheWindow = 3600
 
@@ -165,13 +170,9 @@ public struct ReceiptAccessGate: AccessGate {
     /// The decision; an allow is valid until the earliest end of the token's transactions
     /// (`expiresDate`, `signedDate` + `maxTokenAge`), refusals have no known end.
     public func answer(bearer: String?, content: ServedContent, catalog: Catalog) async -> GateAnswer {
-        let (decision, validUntil) = await decide(bearer: bearer, content: content, catalog: catalog)
-        return GateAnswer(decision: decision, validUntil: validUntil)
-    }
-
-    private func decide(bearer: String?, content: ServedContent, catalog: Catalog) async -> (GateDecision, Date?) {
         guard let bearer, !bearer.isEmpty else {
-            return (.unauthorized(reason: "a signed transaction is required (Authorization: Bearer <JWS>)", code: .missingToken), nil)
+            return GateAnswer(
+                .unauthorized(reason: "a signed transaction is required (Authorization: Bearer <JWS>)", code: .missingToken))
         }
         let now = clock()
         var transactions: [VerifiedTransaction]
@@ -181,23 +182,21 @@ public struct ReceiptAccessGate: AccessGate {
             do {
                 transactions = try await verifier.transactions(proving: bearer, now: now)
             } catch let error as CourierError {
-                return (.unauthorized(reason: error.message, code: .invalidToken), nil)
+                return GateAnswer(.unauthorized(reason: error.message, code: .invalidToken))
             } catch {
-                return (.unauthorized(reason: "the signed transaction does not verify", code: .invalidToken), nil)
+                return GateAnswer(.unauthorized(reason: "the signed transaction does not verify", code: .invalidToken))
             }
             cache?.store(transactions, for: bearer, now: now, maxTokenAge: maxTokenAge)
         }
         guard let first = transactions.first else {
-            return (.unauthorized(reason: "the token proves no purchase", code: .invalidToken), nil)
+            return GateAnswer(.unauthorized(reason: "the token proves no purchase", code: .invalidToken))
         }
         if let maxTokenAge, let oldest = transactions.map(\.signedDate).min(), now.timeIntervalSince(oldest) > maxTokenAge {
-            return (
+            return GateAnswer(
                 .unauthorized(
                     reason: "the signed transaction is older than \(Int(maxTokenAge)) s; "
                         + "present a freshly signed one (StoreKit's Transaction.latest or currentEntitlements) and retry",
-                    code: .staleToken
-                ), nil
-            )
+                    code: .staleToken))
         }
         var revokedIds: [String] = []
         if let revocations {
@@ -218,22 +217,18 @@ public struct ReceiptAccessGate: AccessGate {
                     if let end { validUntil = min(validUntil ?? end, end) }
                 }
             }
-            return (.allowed(subject: transactions.first?.transactionId ?? first.transactionId, reason: .entitled), validUntil)
+            return GateAnswer(
+                .allowed(subject: transactions.first?.transactionId ?? first.transactionId, reason: .entitled), validUntil: validUntil)
         }
         if !revokedIds.isEmpty {
-            return (
+            return GateAnswer(
                 .forbidden(
                     reason: "transaction \(revokedIds.joined(separator: ", ")) was refunded or revoked (App Store Server Notification)",
-                    code: .revoked
-                ), nil
-            )
+                    code: .revoked))
         }
-        return (
+        return GateAnswer(
             .forbidden(
-                reason: "the purchase of \(first.productId) does not entitle to \(content.contentIdentifier)",
-                code: .notEntitled
-            ), nil
-        )
+                reason: "the purchase of \(first.productId) does not entitle to \(content.contentIdentifier)", code: .notEntitled))
     }
 }
 
