@@ -9,8 +9,10 @@ public struct CompactJWS: Sendable {
     /// certificates is about 5 KB; anything this large is not one.
     public static let maximumLength = 256 * 1024
 
-    /// The decoded header, a JSON object.
-    public let header: [String: any Sendable]
+    /// The header's `alg`.
+    public let algorithm: String?
+    /// The header's `x5c`: base64 (not base64url) DER certificates, leaf first.
+    public let certificateChain: [String]?
     /// The decoded payload bytes (JSON).
     public let payload: Data
     /// The decoded signature bytes.
@@ -42,26 +44,10 @@ public struct CompactJWS: Sendable {
         guard (try? JSONSerialization.jsonObject(with: payloadBytes)) is [String: Any] else {
             throw ReceiptCheck.format.failure("the payload is not a JSON object")
         }
-        self.header = header.compactMapValues { Self.sendable($0) }
+        self.algorithm = header["alg"] as? String
+        self.certificateChain = header["x5c"] as? [String]
         self.payload = payloadBytes
         self.signature = signatureBytes
         self.signingInput = Data(trimmed[parts[0].startIndex..<parts[1].endIndex])
-    }
-
-    /// The header's `alg`.
-    public var algorithm: String? { header["alg"] as? String }
-
-    /// The header's `x5c`: base64 (not base64url) DER certificates, leaf first.
-    public var certificateChain: [String]? { header["x5c"] as? [String] }
-
-    private static func sendable(_ value: Any) -> (any Sendable)? {
-        switch value {
-        case let string as String: return string
-        case let array as [Any]:
-            let strings = array.compactMap { $0 as? String }
-            return strings.count == array.count ? strings : array.map { "\($0)" }.joined(separator: ",")
-        case let number as NSNumber: return number.doubleValue
-        default: return "\(value)"
-        }
     }
 }
