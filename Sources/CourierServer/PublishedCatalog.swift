@@ -42,25 +42,11 @@ public struct PublishedCatalog: Sendable {
         self.catalog = try Catalog.decode(data)
         var index: [String: ServedContent] = [:]
         let base = URL(string: "http://origin.invalid/catalog.json")
-        for product in catalog.products {
-            var entries: [(String, String?, Catalog.Content)] = []
-            if let content = product.content { entries.append((product.productId, nil, content)) }
-            for item in product.items ?? [] {
-                entries.append(("\(product.productId).\(item.itemId)", item.itemId, item.content))
-            }
-            for (identifier, itemId, content) in entries {
-                guard let url = Catalog.resolve(content.url, relativeTo: base), url.host == "origin.invalid" else {
-                    continue
-                }
-                let path = url.path
-                index[path] = ServedContent(
-                    path: path,
-                    contentIdentifier: identifier,
-                    productId: product.productId,
-                    itemId: itemId,
-                    content: content
-                )
-            }
+        for entry in catalog.allContent {
+            guard let url = Catalog.resolve(entry.content.url, relativeTo: base), url.host == "origin.invalid" else { continue }
+            index[url.path] = ServedContent(
+                path: url.path, contentIdentifier: entry.contentIdentifier, productId: entry.productId, itemId: entry.itemId,
+                content: entry.content)
         }
         self.index = index
     }
