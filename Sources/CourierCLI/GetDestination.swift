@@ -68,7 +68,9 @@ enum GetDestination {
                 throw CourierError.posix("reading", path: file.path)
             }
             if count == 0 { return }
-            guard Output.writeAll(buffer[..<count], to: STDOUT_FILENO) else { throw CourierError.posix("writing to standard output") }
+            if let code = buffer[..<count].withUnsafeBytes({ writeAll(STDOUT_FILENO, $0) }) {
+                throw CourierError.posix("writing to standard output", errno: code)
+            }
         }
     }
 }

@@ -149,21 +149,7 @@ final class Output: Sendable {
     }
 
     private func writeLocked(_ text: String, to descriptor: Int32) {
-        _ = Self.writeAll(Array(text.utf8)[...], to: descriptor)
-    }
-
-    /// Writes all of `bytes` to `descriptor`, again after EINTR; false on another error (errno).
-    static func writeAll(_ bytes: ArraySlice<UInt8>, to descriptor: Int32) -> Bool {
-        var bytes = bytes
-        while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return false
-            }
-            bytes = bytes.dropFirst(written)
-        }
-        return true
+        _ = Array(text.utf8).withUnsafeBytes { writeAll(descriptor, $0) }
     }
 }
 
