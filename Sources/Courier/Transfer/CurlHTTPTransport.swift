@@ -99,14 +99,9 @@ final class OneShotRequestJob: AwaitedJob<HTTPResponse>, @unchecked Sendable {  
         if let status = HTTPHeaderLine.status(line) {
             self.status = status
             headers = [:]
-            if let easy, !configuration.allowInsecureHTTP {
-                var effective: UnsafeMutablePointer<CChar>?
-                if courier_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective,
-                    let url = URL(string: String(cString: effective)), (try? URLPolicy.check(url, allowInsecureHTTP: false)) == nil
-                {
-                    failure = CourierError(.network, "redirected to an insecure URL \(url.absoluteString)")
-                    return false
-                }
+            if let insecure = URLPolicy.insecureRedirect(easy, allowInsecureHTTP: configuration.allowInsecureHTTP) {
+                failure = insecure
+                return false
             }
         } else if let (name, value) = HTTPHeaderLine.field(line) {
             headers[name] = value
@@ -136,11 +131,8 @@ final class OneShotRequestJob: AwaitedJob<HTTPResponse>, @unchecked Sendable {  
                 ? CourierError(.network, "the HTTP transport was shut down")
                 : CourierError(.cancelled, "the request to \(request.url.absoluteString) was cancelled")
             continuation.resume(throwing: error)
-        } else if result == CURLE_COULDNT_CONNECT, let refused = URLPolicy.refusedURL(easy) {
-            continuation.resume(
-                throwing: CourierError(
-                    .network, "redirected to an insecure URL \(refused)", cause: "plain http is allowed only to loopback",
-                    hint: "use https, or set transfer.allowInsecureHTTP in the configuration"))
+        } else if result == CURLE_COULDNT_CONNECT, let refused = URLPolicy.refusedRedirect(easy) {
+            continuation.resume(throwing: refused)
         } else if result != CURLE_OK {
             continuation.resume(
                 throwing: CourierError(

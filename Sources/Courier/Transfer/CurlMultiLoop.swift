@@ -414,13 +414,29 @@ enum URLPolicy {
         }
     }
 
-    /// The effective URL of `easy` if `openSocket` refused a socket for it.
-    static func refusedURL(_ easy: UnsafeMutableRawPointer?) -> String? {
+    /// Where `easy` is now (`CURLINFO_EFFECTIVE_URL`: a redirect's target once it is followed).
+    static func effectiveURL(_ easy: UnsafeMutableRawPointer?) -> String? {
         guard let easy else { return nil }
         var effective: UnsafeMutablePointer<CChar>?
         guard courier_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective else { return nil }
-        let url = String(cString: effective)
-        return blockedRedirects.take(url) ? url : nil
+        return String(cString: effective)
+    }
+
+    /// The failure of a response head from a plain http URL outside loopback (a redirect led
+    /// there), checked at its status line; nil for any other, or with `allowInsecureHTTP`.
+    static func insecureRedirect(_ easy: UnsafeMutableRawPointer?, allowInsecureHTTP: Bool) -> CourierError? {
+        guard !allowInsecureHTTP, let url = effectiveURL(easy).flatMap(URL.init(string:)),
+            (try? check(url, allowInsecureHTTP: false)) == nil
+        else { return nil }
+        return CourierError(.network, "redirected to an insecure URL \(url.absoluteString)")
+    }
+
+    /// The failure of a transfer whose socket `openSocket` refused; nil if it refused none.
+    static func refusedRedirect(_ easy: UnsafeMutableRawPointer?) -> CourierError? {
+        guard let url = effectiveURL(easy), blockedRedirects.take(url) else { return nil }
+        return CourierError(
+            .network, "redirected to an insecure URL \(url)", cause: "plain http is allowed only to loopback",
+            hint: "use https, or set transfer.allowInsecureHTTP in the configuration")
     }
 
     static func isLoopback(host: String) -> Bool {

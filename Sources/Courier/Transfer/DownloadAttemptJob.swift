@@ -96,15 +96,9 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
         let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
         if let status = HTTPHeaderLine.status(line) {
             head = DownloadResponseHead(status: status)
-            if let easy, !configuration.allowInsecureHTTP {
-                var effective: UnsafeMutablePointer<CChar>?
-                if courier_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective,
-                    let url = URL(string: String(cString: effective)),
-                    (try? URLPolicy.check(url, allowInsecureHTTP: false)) == nil
-                {
-                    decision = .fail(CourierError(.network, "redirected to an insecure URL \(url.absoluteString)"))
-                    return false
-                }
+            if let insecure = URLPolicy.insecureRedirect(easy, allowInsecureHTTP: configuration.allowInsecureHTTP) {
+                decision = .fail(insecure)
+                return false
             }
             return true
         }
@@ -266,12 +260,7 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
         case nil:
             break
         }
-        if result == CURLE_COULDNT_CONNECT, let refused = URLPolicy.refusedURL(easy) {
-            return .fail(
-                CourierError(
-                    .network, "redirected to an insecure URL \(refused)", cause: "plain http is allowed only to loopback",
-                    hint: "use https, or set transfer.allowInsecureHTTP in the configuration"))
-        }
+        if result == CURLE_COULDNT_CONNECT, let refused = URLPolicy.refusedRedirect(easy) { return .fail(refused) }
         let error = CourierError(
             .network,
             "downloading \(request.url.absoluteString) failed",
