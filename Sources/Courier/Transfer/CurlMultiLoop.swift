@@ -370,15 +370,10 @@ enum URLPolicy {
     /// before any packet is sent.
     static let openSocket: curl_opensocket_callback = { clientp, _, address in
         guard let clientp, let address else { return CURL_SOCKET_BAD }
-        var effective: UnsafeMutablePointer<CChar>?
-        let plainHTTP: Bool
-        if courier_easy_getinfo_string(clientp, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
-            plainHTTP = strncasecmp(effective, "https://", 8) != 0
-        } else {
-            plainHTTP = true
-        }
+        let effective = effectiveURL(clientp)
+        let plainHTTP = effective.map { !$0.lowercased().hasPrefix("https://") } ?? true
         if plainHTTP && !isLoopback(address: address) {
-            blockedRedirects.note(effective.map { String(cString: $0) } ?? "")
+            blockedRedirects.note(effective ?? "")
             return CURL_SOCKET_BAD
         }
         return socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
