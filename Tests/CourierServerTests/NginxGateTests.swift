@@ -411,17 +411,22 @@ struct NginxGateTests {
             #expect(basic.status == 401)
         }
         #expect(stack.authorizations(atLeast: 6) == 6)
+        // The token in another spelling of the scheme (the gate takes any case) is not keyed
+        // by its parts but whole: asked, allowed, and kept under its own key.
+        let lower = try CurlExchange.runBlocking(stack.nginx?.url(path).absoluteString ?? "", ["-H", "Authorization: bearer \(token)"])
+        #expect(lower.status == 200)
+        #expect(stack.authorizations(atLeast: 7) == 7)
 
-        // What nginx stored: one entry, keyed by the path and the payload and signature; no file
-        // holds the token's header (the certificates) or the whole token.
+        // What nginx stored: the allow keyed by the path and the payload and signature, which
+        // holds no JWS header (the certificates), and the one keyed by the other spelling whole.
         let files = (FileManager.default.enumerator(at: stack.decisionFolder, includingPropertiesForKeys: nil)?.allObjects as? [URL] ?? [])
             .filter { (try? $0.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true }
-        #expect(files.count == 1, "\(files)")
-        for file in files {
-            let bytes = try Data(contentsOf: file)
-            #expect(bytes.range(of: Data("\nKEY: /\(path) jws \(parts[1]).\(parts[2])\n".utf8)) != nil)
-            #expect(bytes.range(of: Data(parts[0].utf8)) == nil)
-        }
+        let stored = try files.map { try Data(contentsOf: $0) }
+        #expect(stored.count == 2, "\(files)")
+        let byParts = stored.filter { $0.range(of: Data("\nKEY: /\(path) jws \(parts[1]).\(parts[2])\n".utf8)) != nil }
+        #expect(byParts.count == 1)
+        #expect(byParts.allSatisfy { $0.range(of: Data(parts[0].utf8)) == nil })
+        #expect(stored.filter { $0.range(of: Data("\nKEY: /\(path) header bearer \(token)\n".utf8)) != nil }.count == 1)
     }
 
     @Test("an allow cached by nginx never outlives its token: nothing is served after the token's end")
