@@ -42,6 +42,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     let claimed = ClaimedTasks()
     /// Outcomes waiting to be recorded together.
     let records: RecordBatcher
+    /// The progress query idle workers (`awaitWork`) share.
+    let progressQuery = CoalescedQuery<(open: Int, claimable: Int)>()
 
     public init(
         client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
@@ -213,10 +215,15 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     public func awaitWork() async throws -> Bool {
         while true {
             if claimed.hasWaiting { return true }
-            let progress = try await self.progress()
+            // A completion recorded while the progress is read wakes the wait below at once
+            // (else the last one of a run could leave an idle worker asleep for a poll interval).
+            let seen = completions.generation
+            // The process's idle workers share one progress query (one that started after they
+            // asked), not one each per completion.
+            let progress = try await progressQuery.run { try await self.progress() }
             if progress.open == 0 { return false }
             if progress.claimable > 0 || claimed.hasWaiting { return true }
-            try await completions.wait(upTo: pollInterval)
+            try await completions.wait(upTo: pollInterval, unlessSignalledSince: seen)
         }
     }
 
@@ -511,25 +518,34 @@ final class CompletionSignal: Sendable {
         /// Waits ended (timeout, cancellation) before their continuation was registered.
         var ended = Set<UInt64>()
         var next: UInt64 = 0
+        /// Signals sent so far.
+        var generation: UInt64 = 0
     }
 
     private let state = Mutex(State())
 
+    /// How many signals were sent so far (for `wait(upTo:unlessSignalledSince:)`).
+    var generation: UInt64 { state.withLock { $0.generation } }
+
     /// Resumes every waiter.
     func signal() {
         let resumed = state.withLock { state in
+            state.generation += 1
             defer { state.waiters.removeAll() }
             return Array(state.waiters.values)
         }
         for waiter in resumed { waiter.resume() }
     }
 
-    /// Returns at the next `signal()` or after `timeout`, whichever comes first; throws when cancelled.
-    func wait(upTo timeout: Duration) async throws {
-        let id = state.withLock { state in
+    /// Returns at the next `signal()` or after `timeout`, whichever comes first, and at once when
+    /// a signal was sent since `generation` (a `generation` read before); throws when cancelled.
+    func wait(upTo timeout: Duration, unlessSignalledSince generation: UInt64? = nil) async throws {
+        let id: UInt64? = state.withLock { state in
+            if let generation, state.generation != generation { return nil }
             state.next += 1
             return state.next
         }
+        guard let id else { return try Task.checkCancellation() }
         let timer = Task {
             do {
                 try await Task.sleep(for: timeout)
@@ -563,5 +579,53 @@ final class CompletionSignal: Sendable {
             return nil
         }
         waiter?.resume()
+    }
+}
+
+/// One query shared by concurrent callers: each caller gets the result of a run that started
+/// after it called (as fresh as its own would be); callers arriving while one runs share the next.
+final class CoalescedQuery<Value: Sendable>: Sendable {
+    private struct State {
+        var running = false
+        /// Callers waiting for the next run.
+        var waiting: [CheckedContinuation<Value, any Error>] = []
+    }
+
+    private let state = Mutex(State())
+
+    /// Callers waiting for the next run (tests).
+    var waitingCallers: Int { state.withLock { $0.waiting.count } }
+
+    /// The result of a run of `body` that started after this call (one caller's `body` serves
+    /// every caller waiting when it starts).
+    func run(_ body: @escaping @Sendable () async throws -> Value) async throws -> Value {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+            let start = state.withLock { state in
+                state.waiting.append(continuation)
+                guard !state.running else { return false }
+                state.running = true
+                return true
+            }
+            if start { Task { await self.drain(body) } }
+        }
+    }
+
+    /// Runs `body` for the callers waiting, again while more arrived meanwhile.
+    private func drain(_ body: @Sendable () async throws -> Value) async {
+        while true {
+            let callers: [CheckedContinuation<Value, any Error>] = state.withLock { state in
+                defer { state.waiting = [] }
+                if state.waiting.isEmpty { state.running = false }
+                return state.waiting
+            }
+            guard !callers.isEmpty else { return }
+            let result: Result<Value, any Error>
+            do {
+                result = .success(try await body())
+            } catch {
+                result = .failure(error)
+            }
+            for caller in callers { caller.resume(with: result) }
+        }
     }
 }

@@ -378,4 +378,59 @@ struct CompletionSignalTests {
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
     }
+
+    @Test("a signal sent after the generation was read ends the wait at once; none sent, the timeout does")
+    func signalledSince() async throws {
+        let signal = CompletionSignal()
+        let clock = ContinuousClock()
+        let seen = signal.generation
+        signal.signal()  // before the wait registers: not lost
+        let start = clock.now
+        try await signal.wait(upTo: .seconds(60), unlessSignalledSince: seen)
+        #expect(start.duration(to: clock.now) < .seconds(30))
+        let current = signal.generation
+        #expect(current == seen + 1)
+        let timed = clock.now
+        try await signal.wait(upTo: .milliseconds(50), unlessSignalledSince: current)
+        #expect(timed.duration(to: clock.now) >= .milliseconds(50))
+    }
+
+    @Test("concurrent callers share query runs, each one started after it called; an error reaches its callers")
+    func coalescedQuery() async throws {
+        final class Runs: Sendable {
+            let count = Mutex(0)
+            func next() -> Int {
+                count.withLock { count in
+                    count += 1
+                    return count
+                }
+            }
+            var current: Int { count.withLock { $0 } }
+        }
+        let query = CoalescedQuery<Int>()
+        let runs = Runs()
+        let callers = 24
+        // The first run (one caller's) lasts until every other caller waits: they all share the second.
+        let body: @Sendable () async throws -> Int = {
+            let number = runs.next()
+            while number == 1 && query.waitingCallers < callers - 1 { try await Task.sleep(for: .milliseconds(2)) }
+            return number
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<callers {
+                group.addTask {
+                    let before = runs.current
+                    let result = try await query.run(body)
+                    #expect(result > before)
+                }
+                // The others call once the first caller's run has started.
+                while index == 0 && runs.current == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            try await group.waitForAll()
+        }
+        #expect(runs.current == 2)
+        struct Failure: Error {}
+        await #expect(throws: Failure.self) { try await query.run { throw Failure() } }
+        #expect(try await query.run(body) == 3)
+    }
 }
