@@ -103,60 +103,72 @@ public final class ContentPlacer: Sendable {
         verifiedSHA256: String?,
         recording: (PlacementRecord) throws -> Void
     ) throws -> DeliveredContent {
+        // Before a byte of the package is read (`staged`'s attempt): an install that a crash (or
+        // a kill) interrupted too often in a row is refused instead of crashing the process again.
+        try staged(
+            contentIdentifier, placement: target, refusingDowngradeTo: force ? nil : version,
+            fingerprint: Self.fingerprint(package, verifiedSHA256: verifiedSHA256), recording: recording
+        ) { staging, existing, logger in
+            // Every rule that needs no unpacking (those of `package inspect`), the product and the
+            // version run before the space check: a hostile package never purges anything.
+            let preflight = try PackageInspector.preflight(package, limits: packages)
+            try preflight.info.check(expectedProductId: productId, expectedVersion: version)
+            if let existing, !force {
+                try refuseDowngrade(existing: existing, to: preflight.info.version)
+            }
+            try ensureSpace(bytes: preflight.declaredUnpackedSize, inUse: [contentIdentifier])
+            logger.debug("extracting", metadata: ["package": "\(package.path)", "staging": "\(staging.path)"])
+            let extractor = PackageExtractor(configuration: packages)
+            let (info, files) = try extractor.extractRecording(
+                package, into: staging, expectedProductId: productId, expectedVersion: version, verifiedSHA256: verifiedSHA256,
+                preflight: preflight
+            )
+            if let existing, !force {
+                try refuseDowngrade(existing: existing, to: info.version)
+            }
+            return (info, files)
+        }
+    }
+
+    /// What `install` and `installBuilt` share: the downgrade check (unless `version` is nil),
+    /// lock, attempt and staging around `body`, which fills staging (not yet made), then `place`
+    /// and `placed` (the lock still held). Staging and the old version are removed either way.
+    private func staged(
+        _ contentIdentifier: String, placement target: Catalog.Placement, refusingDowngradeTo version: String?,
+        fingerprint: String, recording: (PlacementRecord) throws -> Void,
+        body: (_ staging: URL, _ existing: DeliveredContent?, _ logger: Logger) throws -> (PackageInfo, [ExtractedFile]),
+        placed done: (_ id: String, _ staging: URL, _ previous: URL) -> Void = { _, _, _ in }
+    ) throws -> DeliveredContent {
         try Self.checkIdentifier(contentIdentifier)
         var logger = self.logger
         logger[metadataKey: "content-id"] = "\(contentIdentifier)"
         try layout.prepare()
         let existing = try record(contentIdentifier)
-        if let existing, let version, !force {
+        if let existing, let version {
             try refuseDowngrade(existing: existing, to: version)
         }
-
         let stagingRoot = stagingFolder(target)
         try makeFolder(stagingRoot)
         let id = UUID().uuidString.lowercased()
         let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
         defer { lock.release(removing: true) }
-        // Before a byte of the package is read: an install that a crash (or a kill) interrupted
-        // too often in a row is refused instead of crashing the process again.
-        try beginAttempt(
-            contentIdentifier, package: Self.fingerprint(package, verifiedSHA256: verifiedSHA256), lockId: id,
-            placement: target
-        )
+        try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
         // A placed install ends its attempt in the commit that records it (`commit`).
         var placed = false
         defer { if !placed { endAttempt(contentIdentifier, lockId: id) } }
-
-        // Every rule that needs no unpacking (those of `package inspect`), the product and the
-        // version run before the space check: a hostile package never purges anything.
-        let preflight = try PackageInspector.preflight(package, limits: packages)
-        try preflight.info.check(expectedProductId: productId, expectedVersion: version)
-        if let existing, !force {
-            try refuseDowngrade(existing: existing, to: preflight.info.version)
-        }
-        try ensureSpace(bytes: preflight.declaredUnpackedSize, inUse: [contentIdentifier])
-
         let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
         let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
         defer {
             removeTree(staging)
             removeTree(previous)
         }
-
-        logger.debug("extracting", metadata: ["package": "\(package.path)", "staging": "\(staging.path)"])
-        let extractor = PackageExtractor(configuration: packages)
-        let (info, files) = try extractor.extractRecording(
-            package, into: staging, expectedProductId: productId, expectedVersion: version, verifiedSHA256: verifiedSHA256,
-            preflight: preflight
-        )
-        if let existing, !force {
-            try refuseDowngrade(existing: existing, to: info.version)
-        }
+        let (info, files) = try body(staging, existing, logger)
         let delivered = try place(
             staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
             existing: existing, target: target, logger: logger, recording: recording
         )
         placed = true
+        done(id, staging, previous)
         return delivered
     }
 
@@ -179,46 +191,27 @@ public final class ContentPlacer: Sendable {
         discarding: URL? = nil,
         build: (URL) throws -> (info: PackageInfo, files: [ExtractedFile])
     ) throws -> DeliveredContent {
-        try Self.checkIdentifier(contentIdentifier)
-        var logger = self.logger
-        logger[metadataKey: "content-id"] = "\(contentIdentifier)"
-        try layout.prepare()
-        let existing = try record(contentIdentifier)
-        if let existing { try refuseDowngrade(existing: existing, to: version) }
-        let stagingRoot = stagingFolder(target)
-        try makeFolder(stagingRoot)
-        let id = UUID().uuidString.lowercased()
-        let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
-        defer { lock.release(removing: true) }
-        try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
-        var placed = false
-        defer { if !placed { endAttempt(contentIdentifier, lockId: id) } }
-        try ensureSpace(bytes: unpackedSize, inUse: [contentIdentifier])
-        let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
-        let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
-        defer {
+        try staged(
+            contentIdentifier, placement: target, refusingDowngradeTo: version, fingerprint: fingerprint,
+            recording: { placement in try write { db in try placement.record(db) } }
+        ) { staging, _, logger in
+            try ensureSpace(bytes: unpackedSize, inUse: [contentIdentifier])
+            guard mkdir(staging.path, 0o755) == 0 else { throw CourierError.posix("mkdir", path: staging.path) }
+            logger.debug("building in staging", metadata: ["staging": "\(staging.path)"])
+            let (info, files) = try build(staging)
+            guard info.productId == productId, info.version == version else {
+                throw CourierError(.integrity, "the built content is \(info.productId) \(info.version), not \(productId) \(version)")
+            }
+            return (info, files)
+        } placed: { id, staging, previous in
+            // A built version may share inodes with the old one and with `discarding` (a delta
+            // update's hard links): removing the other names moves their ctime, so remove them
+            // now and record it.
             removeTree(staging)
             removeTree(previous)
+            if let discarding { removeTree(discarding) }
+            refreshChangeTimes(installId: id, in: contentURL(contentIdentifier, placement: target))
         }
-        guard mkdir(staging.path, 0o755) == 0 else { throw CourierError.posix("mkdir", path: staging.path) }
-        logger.debug("building in staging", metadata: ["staging": "\(staging.path)"])
-        let (info, files) = try build(staging)
-        guard info.productId == productId, info.version == version else {
-            throw CourierError(.integrity, "the built content is \(info.productId) \(info.version), not \(productId) \(version)")
-        }
-        let delivered = try place(
-            staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
-            existing: existing, target: target, logger: logger, recording: { placement in try write { db in try placement.record(db) } }
-        )
-        placed = true
-        // A built version may share inodes with the old one and with `discarding` (a delta
-        // update's hard links): removing the other names moves their ctime, so remove them now
-        // and record it.
-        removeTree(staging)
-        removeTree(previous)
-        if let discarding { removeTree(discarding) }
-        refreshChangeTimes(installId: id, in: contentURL(contentIdentifier, placement: target))
-        return delivered
     }
 
     /// Takes the new ctime into the records of install `installId` whose file is otherwise as
@@ -305,10 +298,7 @@ public final class ContentPlacer: Sendable {
                 try AtomicRename.renameNoReplace(staging, destination)
             }
         } catch {
-            try? write { db in
-                _ = try ContentInstallation.deleteOne(db, key: id)
-                _ = try InstalledFile.filter(Column("installId") == id).deleteAll(db)
-            }
+            try? forgetInstall(id)
             throw error
         }
         let placement = try placed(intent, installedAt: now, endingAttempt: true)
@@ -355,6 +345,14 @@ public final class ContentPlacer: Sendable {
             }
         } catch {
             throw CourierError(.io, "cannot read delivered files from the store", cause: "\(error)")
+        }
+    }
+
+    /// Drops the intent and file records of install `id`, whose folder did not take the place.
+    private func forgetInstall(_ id: String) throws {
+        try write { db in
+            _ = try ContentInstallation.deleteOne(db, key: id)
+            _ = try InstalledFile.filter(Column("installId") == id).deleteAll(db)
         }
     }
 
@@ -492,10 +490,7 @@ public final class ContentPlacer: Sendable {
                 if access(destination.path, F_OK) != 0 && access(previous.path, F_OK) == 0 {
                     try AtomicRename.renameNoReplace(previous, destination)
                 }
-                try write { db in
-                    _ = try ContentInstallation.deleteOne(db, key: intent.id)
-                    _ = try InstalledFile.filter(Column("installId") == intent.id).deleteAll(db)
-                }
+                try forgetInstall(intent.id)
             }
         }
         for placement in Catalog.Placement.allCases {
@@ -687,24 +682,17 @@ final class InstallLock: Sendable {
     private let fd: Int32
 
     /// Creates and locks `url`, waiting if needed.
-    init(acquire url: URL) throws {
-        self.url = url
-        fd = open(url.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
-        while flock(fd, LOCK_EX) != 0 {
-            if errno == EINTR { continue }
-            let error = CourierError.posix("flock", path: url.path)
-            close(fd)
-            throw error
-        }
-    }
+    convenience init(acquire url: URL) throws { try self.init(url, waiting: true) }
 
     /// Locks `url` (creating it if missing) if no one holds it; throws otherwise.
-    init(ifFree url: URL) throws {
+    convenience init(ifFree url: URL) throws { try self.init(url, waiting: false) }
+
+    private init(_ url: URL, waiting: Bool) throws {
         self.url = url
         fd = open(url.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw CourierError.posix("open", path: url.path) }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+        while flock(fd, waiting ? LOCK_EX : LOCK_EX | LOCK_NB) != 0 {
+            if waiting && errno == EINTR { continue }
             let error = CourierError.posix("flock", path: url.path)
             close(fd)
             throw error
