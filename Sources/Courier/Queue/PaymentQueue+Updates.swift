@@ -21,17 +21,7 @@ extension PaymentQueue {
             }
             let now = Date()
             guard var record = try QueueStore.fetchDownload(db, id: id) else {
-                var download = DownloadRecord(
-                    id: id, transactionId: content.transactionId, contentIdentifier: content.contentIdentifier,
-                    productId: content.productId, url: content.url, sha256: content.sha256.lowercased(), length: content.length,
-                    version: content.version, placement: content.placement, unpackedLength: content.unpackedLength,
-                    state: .waiting, pauseReason: nil, progress: 0, bytesReceived: 0, rate: 0, timeRemaining: nil,
-                    lastProgressAt: nil, errorCode: nil, errorMessage: nil, etag: nil, lastModified: nil, totalLength: nil,
-                    durableOffset: 0, partialPath: self.partialFile(forDownload: id).path, contentURL: nil, createdAt: now,
-                    updatedAt: now)
-                download.updateFrom = installedVersion
-                download.mirrors = content.mirrors
-                download.manifest = content.manifest
+                let download = self.newDownload(of: content, updateFrom: installedVersion, at: now)
                 try QueueStore.insert(db, download: download)
                 return ((download, false), [.updatedDownloads([download])])
             }

@@ -91,18 +91,7 @@ public final class PaymentQueue: Sendable {
                 var downloads: [DownloadRecord] = []
                 if actions.contains(.queueDownloads) {
                     for item in items {
-                        let id = DownloadRecord.makeId(transactionId: record.id, contentIdentifier: item.contentIdentifier)
-                        var download = DownloadRecord(
-                            id: id, transactionId: record.id, contentIdentifier: item.contentIdentifier,
-                            productId: item.productId, url: item.url, sha256: item.sha256.lowercased(),
-                            length: item.length, version: item.version, placement: item.placement,
-                            unpackedLength: item.unpackedLength, state: .waiting, pauseReason: nil, progress: 0,
-                            bytesReceived: 0, rate: 0, timeRemaining: nil, lastProgressAt: nil, errorCode: nil,
-                            errorMessage: nil, etag: nil, lastModified: nil, totalLength: nil, durableOffset: 0,
-                            partialPath: self.partialFile(forDownload: id).path, contentURL: nil, createdAt: now,
-                            updatedAt: now)
-                        download.mirrors = item.mirrors
-                        download.manifest = item.manifest
+                        let download = self.newDownload(of: item, at: now)
                         try QueueStore.insert(db, download: download)
                         downloads.append(download)
                     }
@@ -290,17 +279,28 @@ public final class PaymentQueue: Sendable {
         layout.downloads.appendingPathComponent("\(id).zip")
     }
 
+    /// A new waiting download of `content`; `updateFrom`: the installed version an update replaces.
+    func newDownload(of content: QueuedContent, updateFrom: String? = nil, at now: Date) -> DownloadRecord {
+        let id = DownloadRecord.makeId(transactionId: content.transactionId, contentIdentifier: content.contentIdentifier)
+        return DownloadRecord(
+            id: id, transactionId: content.transactionId, contentIdentifier: content.contentIdentifier,
+            productId: content.productId, url: content.url, sha256: content.sha256.lowercased(), length: content.length,
+            version: content.version, placement: content.placement, unpackedLength: content.unpackedLength, state: .waiting,
+            progress: 0, bytesReceived: 0, rate: 0, durableOffset: 0, partialPath: partialFile(forDownload: id).path,
+            createdAt: now, updatedAt: now, updateFrom: updateFrom, mirrors: content.mirrors, manifest: content.manifest)
+    }
+
     /// Applies `event` to a download in one database transaction and performs its actions.
     /// Returns the record after the move, or nil if nothing changed.
     @discardableResult
     func transition(_ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool = false) throws
         -> DownloadRecord?
     {
-        let (record, actions, removeFiles) = try commit { db -> ((DownloadRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
-            let (record, actions, removeFiles, events) = try self.applyTransition(db, downloadId, event, requireLease: requireLease)
-            return ((record, actions, removeFiles), events)
+        let (record, removeFiles) = try commit { db -> ((DownloadRecord?, Bool), [PaymentQueueEvent]) in
+            let (record, removeFiles, events) = try self.applyTransition(db, downloadId, event, requireLease: requireLease)
+            return ((record, removeFiles), events)
         }
-        afterTransition(downloadId, actions: actions, removeFiles: removeFiles)
+        if removeFiles { removePartialData(downloadId) }
         return record
     }
 
@@ -312,22 +312,24 @@ public final class PaymentQueue: Sendable {
         _ downloadId: String, transactionId: String, contentURL: URL, placement: PlacementRecord? = nil, finish: Bool
     ) throws -> TransactionRecord? {
         let recorders = finishRecorders.withLock { $0 }
-        let (finished, actions, removeFiles) = try commit {
-            db -> ((TransactionRecord?, [DownloadStateMachine.Action], Bool), [PaymentQueueEvent]) in
+        let (finished, removeFiles) = try commit { db -> ((TransactionRecord?, Bool), [PaymentQueueEvent]) in
             try placement?.record(db)
-            let (_, actions, removeFiles, events) = try self.applyTransition(
+            let (_, removeFiles, events) = try self.applyTransition(
                 db, downloadId, .installed(contentURL: contentURL), requireLease: false)
-            guard finish else { return ((nil, actions, removeFiles), events) }
+            guard finish else { return ((nil, removeFiles), events) }
             let (finished, finishEvents) = try Self.finishIfDelivered(db, transactionId, recorders: recorders)
-            return ((finished, actions, removeFiles), events + finishEvents)
+            return ((finished, removeFiles), events + finishEvents)
         }
-        afterTransition(downloadId, actions: actions, removeFiles: removeFiles)
+        if removeFiles { removePartialData(downloadId) }
         return finished
     }
 
-    /// The database half of `transition`: applies `event` inside the caller's transaction.
+    /// The database half of `transition`: applies `event` inside the caller's transaction, and
+    /// says whether the caller drops the partial data after the commit (`removePartialData`).
+    /// (`stopTransfer` is carried out by the worker: it hears the download leave `active` in
+    /// the queue's events, `DeliveryPipeline.supervised`.)
     private func applyTransition(_ db: Database, _ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool) throws
-        -> (DownloadRecord?, [DownloadStateMachine.Action], Bool, [PaymentQueueEvent])
+        -> (DownloadRecord?, Bool, [PaymentQueueEvent])
     {
         guard var record = try QueueStore.fetchDownload(db, id: downloadId) else {
             throw CourierError(.notFound, "no download \(downloadId)")
@@ -351,7 +353,7 @@ public final class PaymentQueue: Sendable {
                     hint: "pause it there first, or wait for its lease to expire")
             }
         }
-        guard machine != before || removeFiles else { return (nil, actions, false, []) }
+        guard machine != before || removeFiles else { return (nil, false, []) }
         let now = Date()
         record.apply(machine, at: now)
         try QueueStore.updateState(db, download: record)
@@ -359,16 +361,7 @@ public final class PaymentQueue: Sendable {
             try QueueStore.resetJournal(db, downloadId: downloadId, now: now)
             record = try QueueStore.fetchDownload(db, id: downloadId) ?? record
         }
-        return (record, actions, removeFiles, [.updatedDownloads([record])])
-    }
-
-    /// The file-system half of `transition`, after its commit: drops partial data it took over.
-    /// (`stopTransfer` is carried out by the worker: it hears the download leave `active` in
-    /// the queue's events, `DeliveryPipeline.supervised`.)
-    private func afterTransition(_ downloadId: String, actions: [DownloadStateMachine.Action], removeFiles: Bool) {
-        if removeFiles {
-            removePartialData(downloadId)
-        }
+        return (record, removeFiles, [.updatedDownloads([record])])
     }
 
     /// Deletes the partial file and any verified package of a download.
@@ -378,7 +371,6 @@ public final class PaymentQueue: Sendable {
         }
     }
 
-    /// Runs `body` in one IMMEDIATE database transaction, then publishes its events in commit order.
     /// Runs `body` in one database transaction, then tells observers its events. `durable`:
     /// on disk before this returns (see `StateStore.write(durable:)` for the lazy kind).
     func commit<T>(durable: Bool = true, _ body: (Database) throws -> (T, [PaymentQueueEvent])) throws -> T {
