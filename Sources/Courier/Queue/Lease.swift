@@ -70,7 +70,10 @@ public struct Lease: Sendable, Equatable, Codable {
         if owner.host == host && !LeaseOwner.isAlive(pid: owner.pid, startTime: owner.startTime) { return true }
         return false
     }
+}
 
+// In an extension, so that `Lease` keeps its memberwise init.
+extension Lease {
     /// The columns of `leases` in the order `init(row:at:)` reads them (read by index: see
     /// `QueueStore.transactionColumnNames`).
     static let columnNames = ["downloadId", "ownerPid", "ownerStartTime", "host", "token", "acquiredAt", "heartbeatAt", "expiresAt"]

@@ -120,13 +120,3 @@ extension PaymentQueue {
         return moved
     }
 }
-
-extension Lease {
-    init(downloadId: String, owner: LeaseOwner, acquiredAt: Date, heartbeatAt: Date, expiresAt: Date) {
-        self.downloadId = downloadId
-        self.owner = owner
-        self.acquiredAt = acquiredAt
-        self.heartbeatAt = heartbeatAt
-        self.expiresAt = expiresAt
-    }
-}
