@@ -111,11 +111,8 @@ public enum ProgressLayout {
     /// `text` shortened to `width` characters by an ellipsis in its middle, keeping its start
     /// and its end (where names differ: versions, extensions).
     public static func middleCut(_ text: String, _ width: Int) -> String {
-        guard text.count > width else { return text }
-        guard width > 1 else { return width == 1 ? "…" : "" }
-        let head = (width - 1 + 1) / 2
-        let tail = width - 1 - head
-        return String(text.prefix(head)) + "…" + String(text.suffix(tail))
+        guard text.count > width, width > 1 else { return cut(text, width) }
+        return String(text.prefix(width / 2)) + "…" + String(text.suffix(width - 1 - width / 2))
     }
 
     /// `text` cut at its end to `width` characters, with an ellipsis.
