@@ -35,26 +35,16 @@ public struct LocalQueueControl: QueueControl {
             }
             return QueueResult(entries: entries)
         case .pause(let target):
-            return QueueResult(
-                downloads: try apply("pause", target, states: [.waiting, .active]) { try queue.pause([$0]) }
-            )
+            return try apply("pause", target, states: [.waiting, .active]) { try queue.pause([$0]) }
         case .resume(.stalled):
             return QueueResult(downloads: try queue.requeueStalled())
         case .resume(let target):
-            return QueueResult(
-                downloads: try apply("resume", target, states: [.paused, .failed]) { try queue.resume([$0]) }
-            )
+            return try apply("resume", target, states: [.paused, .failed]) { try queue.resume([$0]) }
         case .cancel(let target):
-            return QueueResult(
-                downloads: try apply("cancel", target, states: [.waiting, .active, .paused, .failed]) {
-                    try queue.cancel([$0])
-                }
-            )
+            return try apply("cancel", target, states: [.waiting, .active, .paused, .failed]) { try queue.cancel([$0]) }
         case .discard(let target):
             guard case .ids = target else { throw CourierError(.usage, "discard needs download or transaction ids") }
-            return QueueResult(
-                downloads: try apply("discard", target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
-            )
+            return try apply("discard", target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
         case .enqueue(let purchase):
             guard let client else { throw CourierError(.internal, "this queue control cannot enqueue") }
             let enqueued = try await client.enqueue(purchase)
@@ -65,14 +55,14 @@ public struct LocalQueueControl: QueueControl {
     }
 
     /// Applies `operation` to the downloads `target` names (with `all`, to every download in
-    /// `states`). With one named download its refusal is the answer; otherwise downloads the
-    /// operation does not apply to are skipped.
+    /// `states`) and answers those that changed. With one named download its refusal is the
+    /// answer; otherwise downloads the operation does not apply to are skipped.
     private func apply(
         _ command: String,
         _ target: QueueTarget,
         states: Set<DownloadState>,
         _ operation: (String) throws -> [DownloadRecord]
-    ) throws -> [DownloadRecord] {
+    ) throws -> QueueResult {
         let targets: [DownloadRecord]
         switch target {
         case .all:
@@ -93,6 +83,6 @@ public struct LocalQueueControl: QueueControl {
                 continue
             }
         }
-        return changed
+        return QueueResult(downloads: changed)
     }
 }
