@@ -72,15 +72,14 @@ extension CourierClient {
         let (summary, view, interrupted) = try await runInForeground(scope: scope, output: output, retryStopped: retryStopped)
         let finished = try entries()
         if output.json {
-            var result: [String: Any] = [
+            output.emit([
                 "event": "result",
                 "finishedDownloads": summary.finishedDownloads,
                 "finishedTransactions": summary.finishedTransactions,
                 "unfinished": QueueFormat.unfinished(summary.unfinished),
-            ]
-            result["content"] = finished.compactMap { $0.download?.contentURL?.path }
-            result["alreadyDelivered"] = Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted()
-            output.emit(result)
+                "content": finished.compactMap { $0.download?.contentURL?.path },
+                "alreadyDelivered": Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted(),
+            ])
         } else {
             // Each download placed by this run was said when it happened (by the view), or now.
             for download in finished.compactMap(\.download) where !finishedBefore.contains(download.id) {
