@@ -70,13 +70,9 @@ package enum FileClone {
     package static func link(_ path: String, matching source: stat, into directory: Int32, name: String, linker: Linker = systemLinker) -> Bool {
         guard linker(path, directory, name) == 0 else { return false }
         var status = stat()
-        guard fstatat(directory, name, &status, AT_SYMLINK_NOFOLLOW) == 0 else {
-            unlinkat(directory, name, 0)
-            return false
-        }
-        guard status.st_mode & S_IFMT == S_IFREG, status.st_dev == source.st_dev, status.st_ino == source.st_ino,
-            status.st_size == source.st_size, status.st_mtim.tv_sec == source.st_mtim.tv_sec,
-            status.st_mtim.tv_nsec == source.st_mtim.tv_nsec
+        guard fstatat(directory, name, &status, AT_SYMLINK_NOFOLLOW) == 0, status.st_mode & S_IFMT == S_IFREG,
+            status.st_dev == source.st_dev, status.st_ino == source.st_ino, status.st_size == source.st_size,
+            status.st_mtim.tv_sec == source.st_mtim.tv_sec, status.st_mtim.tv_nsec == source.st_mtim.tv_nsec
         else {
             unlinkat(directory, name, 0)
             return false
