@@ -27,9 +27,13 @@ public final class AgentClient: Sendable {
     /// Sends `request` and returns the agent's answer; a refusal is thrown as its `CourierError`.
     @discardableResult
     public func send(_ request: AgentRequest) throws -> AgentResponse {
-        let response = try connection.withLock { connection in
+        let line = try connection.withLock { connection in
             try connection.write(AgentWire.encode(request))
-            return try Self.readResponse(connection)
+            return try connection.readLine()
+        }
+        guard let line else { throw CourierError(.io, "the agent closed the control connection without an answer") }
+        let response = try CourierError.wrapping(.io, "the agent's answer is not a control response") {
+            try AgentWire.decode(AgentResponse.self, from: line)
         }
         if !response.ok, let failure = response.error { throw failure.error }
         return response
@@ -43,17 +47,6 @@ public final class AgentClient: Sendable {
             guard let line = try connection.withLock({ try $0.readLine() }) else { return }
             let event = try AgentWire.decode(AgentResponse.self, from: line)
             if !onEvent(event) { return }
-        }
-    }
-
-    private static func readResponse(_ connection: UnixSocketConnection) throws -> AgentResponse {
-        guard let line = try connection.readLine() else {
-            throw CourierError(.io, "the agent closed the control connection without an answer")
-        }
-        do {
-            return try AgentWire.decode(AgentResponse.self, from: line)
-        } catch {
-            throw CourierError(.io, "the agent's answer is not a control response", cause: "\(error)")
         }
     }
 }

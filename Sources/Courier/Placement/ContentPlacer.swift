@@ -336,15 +336,13 @@ public final class ContentPlacer: Sendable {
     /// The files of delivered content `contentIdentifier` as its current install placed them
     /// (none for content installed before per-file records existed).
     package func installedFiles(_ contentIdentifier: String) throws -> [InstalledFile] {
-        do {
-            return try store.pool.read { db in
+        try CourierError.wrapping(.io, "cannot read delivered files from the store") {
+            try store.pool.read { db in
                 let inFlight = try String.fetchAll(db, sql: "SELECT id FROM content_installation")
                 return try InstalledFile.filter(Column("contentIdentifier") == contentIdentifier)
                     .filter(!inFlight.contains(Column("installId")))
                     .order(Column("path")).fetchAll(db)
             }
-        } catch {
-            throw CourierError(.io, "cannot read delivered files from the store", cause: "\(error)")
         }
     }
 
@@ -398,9 +396,8 @@ public final class ContentPlacer: Sendable {
     /// means one interruption not counted (or one counted for an install that ended).
     func beginAttempt(_ contentIdentifier: String, package: String, lockId: String, placement target: Catalog.Placement) throws {
         let limit = placement.maxInterruptedInstalls
-        let interrupted: Int
-        do {
-            interrupted = try store.write(durable: false) { db -> Int in
+        let interrupted = try CourierError.wrapping(.io, "cannot record an install in the store") {
+            try store.write(durable: false) { db -> Int in
                 var count = 0
                 if let row = try ContentRows.attempt(db, contentIdentifier: contentIdentifier), row.package == package {
                     let lockFile = self.stagingFolder(row.placement).appendingPathComponent("\(row.lockId).lock")
@@ -422,8 +419,6 @@ public final class ContentPlacer: Sendable {
                 }
                 return count
             }
-        } catch {
-            throw CourierError(.io, "cannot record an install in the store", cause: "\(error)")
         }
         if limit > 0 && interrupted >= limit {
             throw CourierError(
@@ -542,12 +537,8 @@ public final class ContentPlacer: Sendable {
 
     /// Every delivered content, by identifier.
     public func list() throws -> [DeliveredContent] {
-        do {
-            return try store.pool.read { db in
-                try DeliveredContent.order(Column("contentIdentifier")).fetchAll(db)
-            }
-        } catch {
-            throw CourierError(.io, "cannot read delivered content from the store", cause: "\(error)")
+        try CourierError.wrapping(.io, "cannot read delivered content from the store") {
+            try store.pool.read { db in try DeliveredContent.order(Column("contentIdentifier")).fetchAll(db) }
         }
     }
 
@@ -627,10 +618,8 @@ public final class ContentPlacer: Sendable {
     // MARK: Helpers
 
     private func record(_ contentIdentifier: String) throws -> DeliveredContent? {
-        do {
-            return try store.pool.read { db in try ContentRows.delivered(db, contentIdentifier: contentIdentifier) }
-        } catch {
-            throw CourierError(.io, "cannot read delivered content from the store", cause: "\(error)")
+        try CourierError.wrapping(.io, "cannot read delivered content from the store") {
+            try store.pool.read { db in try ContentRows.delivered(db, contentIdentifier: contentIdentifier) }
         }
     }
 

@@ -26,8 +26,8 @@ public struct DatabaseJournalStore: ResumeJournalStore {
     /// Records `journal` in its download's row. A download that no longer exists (discarded or
     /// removed) is not an error: there is nothing left to resume.
     public func save(_ journal: ResumeJournal) throws {
-        do {
-            // Lazy: the partial file was synced first; a lost checkpoint means refetching a little.
+        // Lazy: the partial file was synced first; a lost checkpoint means refetching a little.
+        try CourierError.wrapping(.io, "cannot save the journal of download \(journal.downloadId)") {
             try store.write(durable: false) { db in
                 try db.cachedStatement(sql: """
                         UPDATE downloads SET etag = ?, lastModified = ?, totalLength = ?, durableOffset = ?,
@@ -38,16 +38,12 @@ public struct DatabaseJournalStore: ResumeJournalStore {
                         journal.durableOffset, Date().timeIntervalSince1970, journal.downloadId,
                     ])
             }
-        } catch {
-            throw CourierError(.io, "cannot save the journal of download \(journal.downloadId)", cause: "\(error)")
         }
     }
 
     public func remove(downloadId: String) throws {
-        do {
+        try CourierError.wrapping(.io, "cannot reset the journal of download \(downloadId)") {
             try store.write(durable: false) { db in try QueueStore.resetJournal(db, downloadId: downloadId, now: Date()) }
-        } catch {
-            throw CourierError(.io, "cannot reset the journal of download \(downloadId)", cause: "\(error)")
         }
     }
 }

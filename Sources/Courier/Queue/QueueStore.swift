@@ -40,11 +40,8 @@ enum QueueStore {
     /// The transaction in `row`, whose columns from `offset` on are `transactionColumns`.
     static func transaction(_ row: Row, at offset: Int = 0) throws -> TransactionRecord {
         let json: String = row[offset + 5]
-        let verified: VerifiedTransaction
-        do {
-            verified = try decoder.decode(VerifiedTransaction.self, from: Data(json.utf8))
-        } catch {
-            throw CourierError(.internal, "a stored transaction is unreadable", cause: "\(error)")
+        let verified = try CourierError.wrapping(.internal, "a stored transaction is unreadable") {
+            try decoder.decode(VerifiedTransaction.self, from: Data(json.utf8))
         }
         let stateText: String = row[offset + 3]
         guard let state = TransactionState(rawValue: stateText) else {
