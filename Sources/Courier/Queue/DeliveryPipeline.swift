@@ -282,8 +282,6 @@ public final class DeliveryPipeline: Sendable {
             var failure = error as? CourierError ?? CourierError(.internal, "\(error)")
             if error is CancellationError { failure = CourierError(.paused, "paused") }
             let interrupted = Task.isCancelled || failure.code == .interrupted
-            let event: DownloadStateMachine.Event =
-                interrupted ? .pause(.interrupted) : .failed(failure)
             do {
                 // A worker that lost its lease (it stalled and another process took over) must
                 // not touch the download any more.
@@ -291,12 +289,9 @@ public final class DeliveryPipeline: Sendable {
                     logger.debug("lease lost; leaving the download to its new owner")
                     return outcome
                 }
-                let current = try queue.download(record.id)
-                if interrupted, current?.state != .active {
-                    try queue.transition(record.id, .failed(failure))
-                } else {
-                    try queue.transition(record.id, event)
-                }
+                // An interruption pauses an active download; anything else records the failure.
+                let active = try queue.download(record.id)?.state == .active
+                try queue.transition(record.id, interrupted && active ? .pause(.interrupted) : .failed(failure))
             } catch {
                 logger.error("cannot record the end of a download", metadata: ["error": "\(error)"])
             }
@@ -357,7 +352,6 @@ public final class DeliveryPipeline: Sendable {
         guard let notifier else { return }
         let backoff = Backoff(initial: 0.2, maximum: 3.2, jitter: false)
         for attempt in 1...5 {
-
             do {
                 try await notifier.transactionFinished(transaction)
                 return
