@@ -153,7 +153,7 @@ public final class ContentPlacer: Sendable {
         let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
         defer { lock.release(removing: true) }
         try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
-        // A placed install ends its attempt in the commit that records it (`commit`).
+        // A placed install ends its attempt in the commit that records it (`placed`).
         var placed = false
         defer { if !placed { endAttempt(contentIdentifier, lockId: id) } }
         let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
@@ -354,12 +354,6 @@ public final class ContentPlacer: Sendable {
         }
     }
 
-    /// Records an install whose folder is in place (recovery's path: a commit of its own).
-    private func commit(_ intent: ContentInstallation, installedAt: Date) throws {
-        let placement = try placed(intent, installedAt: installedAt, endingAttempt: false)
-        try write { db in try placement.record(db) }
-    }
-
     /// Removes a copy left in the other placement by an install whose folder is in place, and
     /// returns the rows that record it. `endingAttempt`: the install's attempt row
     /// (`beginAttempt`, lock id = install id) goes with them, instead of a commit of its own.
@@ -478,7 +472,9 @@ public final class ContentPlacer: Sendable {
                 Int64(status.st_ino) == intent.stagingInode
             {
                 logger.debug("recover: finishing an interrupted install", metadata: ["content-id": "\(intent.contentIdentifier)"])
-                try commit(intent, installedAt: intent.createdAt)
+                // Recorded in a commit of its own.
+                let placement = try placed(intent, installedAt: intent.createdAt, endingAttempt: false)
+                try write { db in try placement.record(db) }
             } else {
                 logger.debug("recover: rolling back an interrupted install", metadata: ["content-id": "\(intent.contentIdentifier)"])
                 let previous = stagingRoot.appendingPathComponent("\(intent.id).old")
