@@ -136,7 +136,8 @@ final class AgentControlServer: Sendable {
 }
 
 /// Splits the control socket's bytes into lines (without their newline), refusing a line longer
-/// than `UnixSocketConnection.maxLineBytes`.
+/// than `UnixSocketConnection.maxLineBytes`. At the end of input NIO's default `decodeLast`
+/// runs `decode` on what is left.
 struct ControlLineDecoder: ByteToMessageDecoder {
     typealias InboundOut = ByteBuffer
     /// How many readable bytes are known to hold no newline (so a long line is scanned once).
@@ -156,11 +157,6 @@ struct ControlLineDecoder: ByteToMessageDecoder {
         buffer.moveReaderIndex(forwardBy: 1)
         if let line { context.fireChannelRead(wrapInboundOut(line)) }
         return .continue
-    }
-
-    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
-        while try decode(context: context, buffer: &buffer) == .continue {}
-        return .needMoreData
     }
 }
 
