@@ -27,7 +27,11 @@ struct ConcurrencyHelperTests {
             #expect(admitted.withLock { $0 }.isEmpty)
             semaphore.signal()
             #expect(await eventually { admitted.withLock { $0 } == [0] })
+            // One unit at a time: two signals at once resume waiters 1 and 2 together, and
+            // their appends may then land in either order (seen on 2 cores).
             semaphore.signal()
+            #expect(await eventually { admitted.withLock { $0 } == [0, 1] })
+            #expect(semaphore.waiting == 1)
             semaphore.signal()
             try await group.waitForAll()
         }
