@@ -70,9 +70,13 @@ public struct NDJSONLogHandler: LogHandler {
     static func append(_ value: Logger.Metadata.Value, to output: inout [UInt8]) {
         switch value {
         case .string(let text):
-            if let number = Int64(text) { output.append(contentsOf: String(number).utf8) } else { appendString(text, to: &output) }
+            if let number = Int64(text) {
+                output.append(contentsOf: String(number).utf8)
+            } else {
+                JSONLine.appendString(text, to: &output)
+            }
         case .stringConvertible(let value):
-            appendString("\(value)", to: &output)
+            JSONLine.appendString("\(value)", to: &output)
         case .array(let values):
             output.append(UInt8(ascii: "["))
             for (index, element) in values.enumerated() {
@@ -84,32 +88,11 @@ public struct NDJSONLogHandler: LogHandler {
             output.append(UInt8(ascii: "{"))
             for (index, key) in values.keys.sorted().enumerated() {
                 if index > 0 { output.append(UInt8(ascii: ",")) }
-                appendString(key, to: &output)
+                JSONLine.appendString(key, to: &output)
                 output.append(UInt8(ascii: ":"))
                 if let element = values[key] { append(element, to: &output) }
             }
             output.append(UInt8(ascii: "}"))
         }
-    }
-
-    /// A JSON string: quotes, backslashes and control characters escaped, the rest as UTF-8.
-    static func appendString(_ text: String, to output: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
-        output.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20, 0x7F:
-                output.append(contentsOf: Array("\\u00".utf8))
-                output.append(hex[Int(byte >> 4)])
-                output.append(hex[Int(byte & 0x0F)])
-            default: output.append(byte)
-            }
-        }
-        output.append(UInt8(ascii: "\""))
     }
 }

@@ -109,11 +109,11 @@ public struct PackageManifest: Sendable, Codable, Equatable {
             if let value = entry.method { field("method"); out.append(contentsOf: String(value).utf8) }
             if let value = entry.offset { field("offset"); out.append(contentsOf: String(value).utf8) }
             field("path")
-            Self.appendJSONString(entry.path, to: &out)
-            if let value = entry.sha256 { field("sha256"); Self.appendJSONString(value, to: &out) }
+            JSONLine.appendString(entry.path, to: &out)
+            if let value = entry.sha256 { field("sha256"); JSONLine.appendString(value, to: &out) }
             if let value = entry.size { field("size"); out.append(contentsOf: String(value).utf8) }
             field("type")
-            Self.appendJSONString(entry.type.rawValue, to: &out)
+            JSONLine.appendString(entry.type.rawValue, to: &out)
             out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: #"],"format":"#.utf8)
@@ -121,33 +121,13 @@ public struct PackageManifest: Sendable, Codable, Equatable {
         out.append(contentsOf: #","package":{"length":"#.utf8)
         out.append(contentsOf: String(package.length).utf8)
         out.append(contentsOf: #","sha256":"#.utf8)
-        Self.appendJSONString(package.sha256, to: &out)
+        JSONLine.appendString(package.sha256, to: &out)
         out.append(contentsOf: #"},"productId":"#.utf8)
-        Self.appendJSONString(productId, to: &out)
+        JSONLine.appendString(productId, to: &out)
         out.append(contentsOf: #","version":"#.utf8)
-        Self.appendJSONString(version, to: &out)
+        JSONLine.appendString(version, to: &out)
         out.append(UInt8(ascii: "}"))
         return Data(out)
-    }
-
-    /// A JSON string as `JSONEncoder` writes it: `"` and `\` escaped, `\b \f \n \r \t` by name,
-    /// the other control characters as `\u00xx`, everything else (`/` too) as its UTF-8 bytes.
-    static func appendJSONString(_ text: String, to out: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
-        out.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), byte])
-            case 0x08: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0C: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0..<0x20: out.append(contentsOf: Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]])
-            default: out.append(byte)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
     }
 
     /// Decodes and checks a manifest document (the fuzz target of the manifest reader). Anything

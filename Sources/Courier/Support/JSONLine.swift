@@ -66,10 +66,11 @@ public enum JSONLine {
         return true
     }
 
-    /// A JSON string as JSONSerialization writes it: `"` and `\` escaped, `\b \f \n \r \t` by
-    /// name, the other control characters below U+0020 as `\u00xx` (lowercase), everything else
-    /// (`/`, DEL, any non-ASCII character) as its UTF-8 bytes.
-    static func appendString(_ text: String, to line: inout [UInt8]) {
+    /// A JSON string as JSONSerialization and JSONEncoder write it: `"` and `\` escaped,
+    /// `\b \f \n \r \t` by name, the other control characters below U+0020 as `\u00xx`
+    /// (lowercase), everything else (`/`, DEL, any non-ASCII character) as its UTF-8 bytes. The
+    /// one string escaper of every hand-written JSON: these lines, package manifests, server logs.
+    package static func appendString(_ text: String, to line: inout [UInt8]) {
         let hex: StaticString = "0123456789abcdef"
         line.append(UInt8(ascii: "\""))
         for byte in text.utf8 {

@@ -1,4 +1,4 @@
-import CourierServer
+import Courier
 import Foundation
 import Testing
 
