@@ -212,7 +212,9 @@ struct PostgresPrestageTests {
         defer { server.stop() }
         var upstream = try UpstreamFixture()
         defer { upstream.root.remove() }
-        let names = (1...9).map { "com.example.pack\($0)" }
+        // Enough packages that the first process (which may claim 4 at a time, 2 running) cannot
+        // finish the run before the other two have joined it: with 9 it once did (2 s a package).
+        let names = (1...18).map { "com.example.pack\($0)" }
         for name in names { try upstream.addProduct(name, bytes: 200 * 1024) }
         upstream.addMissingProduct("com.example.missing")
         try upstream.writeCatalog()
@@ -295,7 +297,7 @@ struct PostgresPrestageTests {
         let unstaged = try server.psql(
             "SELECT content_identifier || ' ' || state || ' ' || coalesce(worker, '') || ' ' || coalesce(outcome::text, '') FROM prestage_task WHERE state <> 'staged'")
         #expect(
-            try server.psql("SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, count(*) n FROM prestage_task GROUP BY state) s") == "failed:1,staged:9",
+            try server.psql("SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, count(*) n FROM prestage_task GROUP BY state) s") == "failed:1,staged:\(names.count)",
             "\(unstaged)")
         #expect(try server.psql("SELECT count(*) || ' ' || string_agg(state, ',') FROM prestage_run") == "1 published")
         try Self.checkStaged(dest, upstream: upstream, expected: names)
