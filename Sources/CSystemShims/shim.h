@@ -35,6 +35,12 @@ static inline int courier_syncfs(int fd) {
     return (int)syscall(SYS_syncfs, fd);
 }
 
+/// `sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`: starts writeback of the whole file's dirty
+/// pages without waiting for it (declared by glibc only with _GNU_SOURCE).
+static inline int courier_start_writeback(int fd) {
+    return (int)syscall(SYS_sync_file_range, fd, (off_t)0, (off_t)0, (unsigned int)2);
+}
+
 /// `ioctl(dest_fd, FICLONE, src_fd)`: a reflink clone (shared extents, copy on write) of the
 /// whole file `src_fd` into `dest_fd`, where the filesystem supports it (Btrfs, XFS, bcachefs);
 /// elsewhere it fails (EOPNOTSUPP, EINVAL, EXDEV). `FICLONE` is a function-like macro.

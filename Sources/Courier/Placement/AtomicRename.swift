@@ -36,4 +36,10 @@ enum FilesystemSync {
         defer { close(fd) }
         guard courier_syncfs(fd) == 0 else { throw CourierError.posix("syncfs", path: url.path) }
     }
+
+    /// Starts writing the file's dirty pages to disk and returns without waiting (a later
+    /// `flush` then has less to wait for). Advice only: errors are left to that `flush`.
+    static func startWriteback(_ fd: Int32) {
+        _ = courier_start_writeback(fd)
+    }
 }

@@ -289,6 +289,10 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         if sync {
             guard fdatasync(fd) == 0 else { throw CourierError.posix("fsync", path: file.path) }
             durableOffset = writtenOffset
+        } else {
+            // The caller syncs many files at once later (a prestage run's one `syncfs`): the disk
+            // writes them meanwhile instead of all at that sync.
+            FilesystemSync.startWriteback(fd)
         }
         let digest = hasher.finalize().hex
         progress.finish(bytes: writtenOffset)
