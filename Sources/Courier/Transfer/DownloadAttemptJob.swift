@@ -93,7 +93,7 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
 
     override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
         lastActivity = .now()
-        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+        let line = HTTPHeaderLine.text(bytes)
         if let status = HTTPHeaderLine.status(line) {
             head = DownloadResponseHead(status: status)
             if let insecure = URLPolicy.insecureRedirect(easy, allowInsecureHTTP: configuration.allowInsecureHTTP) {

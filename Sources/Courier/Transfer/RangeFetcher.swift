@@ -107,7 +107,7 @@ final class RangeRequestJob: AwaitedJob<RangeAnswer>, @unchecked Sendable {  // 
     }
 
     override func didReceiveHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+        let line = HTTPHeaderLine.text(bytes)
         if let status = HTTPHeaderLine.status(line) {
             self.status = status
             responseHeaders = [:]

@@ -196,27 +196,35 @@ public final class TransferEngine: Sendable {
 
         let queue = workers.next()
         let openLogger = logger
-        let opened: OpenedDownload = try await BlockingWorkerPool.detached(on: queue) {
-            try Self.open(request, store: store, logger: openLogger)
+        let configuration = self.configuration
+        let reporter = ProgressReporter(id: request.id, handler: progress)
+        // One hop to the writer's queue opens the partial file and its journal and prepares the writer.
+        let (opened, writer, resumedFrom): (OpenedDownload, PartialFileWriter, Int64) = try await BlockingWorkerPool.detached(
+            on: queue
+        ) {
+            let opened = try Self.open(request, store: store, logger: openLogger)
+            let writer = PartialFileWriter(
+                file: request.partialFile,
+                fd: opened.fd,
+                journal: opened.journal,
+                store: store,
+                queue: queue,
+                configuration: configuration,
+                progress: reporter,
+                // With no expected length, the space check follows the body as it grows.
+                growingSpaceCheck: request.expectedLength == nil
+                    ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil,
+                defersFirstJournal: !request.savesFirstJournalEagerly && opened.storeIsEmpty && request.expectedSHA256 != nil
+                    && request.expectedLength != nil
+            )
+            do {
+                return (opened, writer, try writer.prepare(resumingAt: opened.resumeAt, durable: opened.journal.durableOffset))
+            } catch {
+                close(opened.fd)
+                throw error
+            }
         }
         defer { close(opened.fd) }
-        let writer = PartialFileWriter(
-            file: request.partialFile,
-            fd: opened.fd,
-            journal: opened.journal,
-            store: store,
-            queue: queue,
-            configuration: configuration,
-            progress: ProgressReporter(id: request.id, handler: progress),
-            // With no expected length, the space check follows the body as it grows.
-            growingSpaceCheck: request.expectedLength == nil
-                ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil,
-            defersFirstJournal: !request.savesFirstJournalEagerly && opened.storeIsEmpty && request.expectedSHA256 != nil
-                && request.expectedLength != nil
-        )
-        let resumedFrom = try await writer.perform {
-            try writer.prepare(resumingAt: opened.resumeAt, durable: opened.journal.durableOffset)
-        }
         let knownTotal = request.expectedLength ?? opened.journal.totalLength
         try SpaceCheck.require(
             bytes: SpaceCheck.sum(knownTotal.map { max(0, $0) - resumedFrom } ?? 0, request.additionalSpaceNeeded),
@@ -239,11 +247,25 @@ public final class TransferEngine: Sendable {
 
         var length: Int64
         var digest: String
+        var fetched: Int64
+        var finalJournal: ResumeJournal
+        var placed: Bool
         while true {
             try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
             let syncs = request.durability == .onCompletion
-            (length, digest) = try await writer.perform { try writer.finish(sync: syncs) }
-            guard let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length,
+            // One hop to the writer's queue for the end (each is a thread hand-off and back):
+            // finish, verify and, when the file passes, place it.
+            (length, digest, fetched, finalJournal, placed) = try await writer.perform {
+                let (length, digest) = try writer.finish(sync: syncs)
+                let journal = writer.journal
+                guard Self.mismatch(request, length: length, digest: digest, journal: journal) == nil else {
+                    return (length, digest, writer.bytesWrittenThisRun, journal, false)
+                }
+                try Self.place(request)
+                if request.resetsJournalWhenPlaced { try store.remove(downloadId: request.id) }
+                return (length, digest, writer.bytesWrittenThisRun, journal, true)
+            }
+            guard !placed, let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length,
                 !fallbacks.isEmpty
             else { break }
             let fallback = fallbacks.removeFirst()
@@ -256,17 +278,7 @@ public final class TransferEngine: Sendable {
                 return start
             }
         }
-        let fetched = try await writer.perform { writer.bytesWrittenThisRun }
-        let finalJournal = try await writer.perform { writer.journal }
-        var mismatch: String?
-        if let expected = request.expectedLength, expected != length {
-            mismatch = "received \(length) bytes, expected \(expected)"
-        } else if let total = finalJournal.totalLength, total != length {
-            mismatch = "received \(length) bytes, the server announced \(total)"
-        } else if let expected = request.expectedSHA256, expected != digest {
-            mismatch = "SHA-256 is \(digest), expected \(expected)"
-        }
-        if let mismatch {
+        if !placed, let mismatch = Self.mismatch(request, length: length, digest: digest, journal: finalJournal) {
             try? FileManager.default.removeItem(at: request.partialFile)
             try? store.remove(downloadId: request.id)
             throw CourierError(
@@ -275,10 +287,6 @@ public final class TransferEngine: Sendable {
                 cause: mismatch.hasPrefix("SHA") ? "checksum mismatch" : "length mismatch",
                 hint: "the download was discarded; running it again starts over"
             )
-        }
-        try await BlockingWorkerPool.detached(on: queue) {
-            try Self.place(request)
-            if request.resetsJournalWhenPlaced { try store.remove(downloadId: request.id) }
         }
         logger.debug("download finished", metadata: ["length": "\(length)", "fetched": "\(fetched)"])
         var result = DownloadResult(
@@ -545,6 +553,19 @@ public final class TransferEngine: Sendable {
     /// the same scheme, host, port and path (a signed URL with a new token differs by its query).
     static func validatorApplies(from old: URL, to new: URL) -> Bool {
         sameOrigin(old, new) && old.path == new.path
+    }
+
+    /// Why a finished file fails verification (its length against the request's and the
+    /// server's, its SHA-256 against the request's), or nil when it passes.
+    private static func mismatch(_ request: DownloadRequest, length: Int64, digest: String, journal: ResumeJournal) -> String? {
+        if let expected = request.expectedLength, expected != length {
+            return "received \(length) bytes, expected \(expected)"
+        } else if let total = journal.totalLength, total != length {
+            return "received \(length) bytes, the server announced \(total)"
+        } else if let expected = request.expectedSHA256, expected != digest {
+            return "SHA-256 is \(digest), expected \(expected)"
+        }
+        return nil
     }
 
     /// Renames the verified partial file to its destination and makes the rename durable

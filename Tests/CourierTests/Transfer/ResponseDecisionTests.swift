@@ -6,6 +6,27 @@ import Testing
 struct ResponseDecisionTests {
     let url = URL(string: "https://cdn.example.com/pack.zip")!
 
+    @Test("header lines: line ends and HTTP's optional whitespace trimmed, names lowercased")
+    func headerLines() {
+        func text(_ raw: String) -> String {
+            Array(raw.utf8).withUnsafeBytes { HTTPHeaderLine.text($0) }
+        }
+        #expect(text("HTTP/1.1 206 Partial Content\r\n") == "HTTP/1.1 206 Partial Content")
+        #expect(text("\r\n") == "")
+        #expect(text("") == "")
+        #expect(text("Content-Length: 12\n") == "Content-Length: 12")
+        #expect(HTTPHeaderLine.status("HTTP/1.1 206 Partial Content") == 206)
+        #expect(HTTPHeaderLine.status("HTTP/2 404") == 404)
+        #expect(HTTPHeaderLine.status("HTTP/1.1 2x6 Partial") == nil)
+        #expect(HTTPHeaderLine.status("HTTP/1.1") == nil)
+        #expect(HTTPHeaderLine.status("Content-Length: 12") == nil)
+        #expect(HTTPHeaderLine.field("Content-Range: \t bytes 0-9/10 \t") ?? ("", "") == ("content-range", "bytes 0-9/10"))
+        #expect(HTTPHeaderLine.field(" ETag :\"a:b\"") ?? ("", "") == ("etag", "\"a:b\""))
+        #expect(HTTPHeaderLine.field("X-Empty:") ?? ("?", "?") == ("x-empty", ""))
+        #expect(HTTPHeaderLine.field("Location: https://cdn.example.com/p\u{e9}.zip") ?? ("", "") == ("location", "https://cdn.example.com/p\u{e9}.zip"))
+        #expect(HTTPHeaderLine.field("no colon here") == nil)
+    }
+
     @Test("200 from the start is accepted; 200 to a Range starts over")
     func twoHundred() {
         let head = DownloadResponseHead(status: 200, contentLength: 1000)

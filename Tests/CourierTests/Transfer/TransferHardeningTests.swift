@@ -74,6 +74,20 @@ struct TransferHardeningTests {
         #expect(try Data(contentsOf: directory.appendingPathComponent("same.bin")) == content)
     }
 
+    @Test("journal side files: one component, letters, digits and .-_ kept, anything else percent-encoded")
+    func journalFileNames() {
+        let store = FileResumeJournalStore(directory: URL(fileURLWithPath: "/j", isDirectory: true))
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: ".-_")
+        for id in ["com.example.pack0001-ab12_CD", "../../etc/passwd", "a b/c%d", "caf\u{e9}-\u{1F600}", "", "..", "x\u{0}y"] {
+            let name = store.journalFile(downloadId: id).lastPathComponent
+            // The same names as Foundation's encoding with the same allowed set (journals of earlier runs).
+            #expect(name == (id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id) + ".courier-journal")
+            #expect(!name.contains("/"))
+            #expect(store.journalFile(downloadId: id).deletingLastPathComponent().path == "/j")
+        }
+    }
+
     @Test("file names derived from URLs are one safe component")
     func fileNames() throws {
         for bad in ["", ".", "..", "a/b", "../x", "a\u{0}b", "a\nb", "a\u{1B}[2Jb", "a\u{85}b", "x.courier-part",
