@@ -14,9 +14,10 @@ import Synchronization
 /// of the one that took over; a paused or cancelled task is handed back instead (waiting). A task
 /// whose lease expired `maxAttempts` times (its workers kept dying) fails rather than loop forever.
 ///
-/// A claim may take up to `claimBatch` tasks in one statement: the first goes to the claiming
-/// worker, the others wait in this process for its next idle workers (each row names the worker
-/// that claimed it; `complete` and `renew` use that name for the worker that took the task). A task
+/// Workers of this process that claim at the same time share one statement (`ClaimBatcher`),
+/// which may also take up to `claimBatch - 1` more tasks: those wait in this process for its next
+/// idle workers (each row names the worker whose statement claimed it; `complete` and `renew` use
+/// that name for the worker that took the task). A task
 /// that waited more than a third of its lease is renewed before a worker starts it, and
 /// `handBackUnstarted` returns the ones no worker started (an interrupted process). Outcomes that
 /// are recorded at the same time (a group sync ends for several workers) share one `UPDATE`.
@@ -42,6 +43,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     let claimed = ClaimedTasks()
     /// Outcomes waiting to be recorded together.
     let records: RecordBatcher
+    /// Claims of workers that ask at the same time, made together.
+    let claims: ClaimBatcher
     /// The progress query idle workers (`awaitWork`) share.
     let progressQuery = CoalescedQuery<(open: Int, claimable: Int)>()
 
@@ -57,10 +60,19 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         self.claimBatch = max(1, claimBatch)
         self.logger = logger
         self.records = RecordBatcher(client: client, runId: runId, logger: logger)
+        let statement = ClaimStatement.Settings(
+            runId: runId, maxAttempts: maxAttempts, leaseSeconds: Self.seconds(lease))
+        self.claims = ClaimBatcher(
+            claimed: claimed, completions: completions, extra: self.claimBatch - 1, freshFor: lease / 3
+        ) { [client, logger] owner, limit in
+            try await Self.claim(client: client, statement: statement, owner: owner, limit: limit, logger: logger)
+        }
     }
 
-    var leaseSeconds: Double {
-        let (seconds, attoseconds) = lease.components
+    var leaseSeconds: Double { Self.seconds(lease) }
+
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
         return Double(seconds) + Double(attoseconds) / 1e18
     }
 
@@ -109,38 +121,28 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
             if try await renew(waiting.task, worker: worker) { return waiting.task }
             claimed.finish(waiting.task.downloadId, worker: worker)
         }
-        // Several at once only while no other claim of this process is running: at most
-        // `claimBatch - 1` tasks wait here for a worker, so other processes still share the run.
-        let limit = claimed.beginClaim(batch: claimBatch)
-        defer { claimed.endClaim() }
-        let tasks: [PrestageTask] = try await perform("cannot claim a pre-staging task in PostgreSQL") {
-            let rows = try await client.execute(
-                ClaimStatement(runId: runId, maxAttempts: maxAttempts, limit: limit, worker: worker, leaseSeconds: leaseSeconds),
-                logger: logger)
-            var tasks: [PrestageTask] = []
-            for try await (document, previous) in rows {
-                if previous == "claimed" {
-                    PrestageMetrics.leaseExpiries.increment()
-                    logger.notice("took over a pre-staging task whose lease expired", metadata: ["worker": "\(worker)"])
-                }
-                do {
-                    tasks.append(try JSONDecoder().decode(PrestageTask.self, from: Data(document.utf8)))
-                } catch {
-                    throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
-                }
+        return try await perform("cannot claim a pre-staging task in PostgreSQL") { try await claims.claim(worker: worker) }
+    }
+
+    /// One claim statement: up to `limit` tasks under `owner`'s name.
+    static func claim(
+        client: PostgresClient, statement: ClaimStatement.Settings, owner: String, limit: Int, logger: Logger
+    ) async throws -> [PrestageTask] {
+        let rows = try await client.execute(ClaimStatement(statement, limit: limit, worker: owner), logger: logger)
+        var tasks: [PrestageTask] = []
+        let decoder = JSONDecoder()
+        for try await (document, previous) in rows {
+            if previous == "claimed" {
+                PrestageMetrics.leaseExpiries.increment()
+                logger.notice("took over a pre-staging task whose lease expired", metadata: ["worker": "\(owner)"])
             }
-            return tasks
+            do {
+                tasks.append(try decoder.decode(PrestageTask.self, from: Data(document.utf8)))
+            } catch {
+                throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
+            }
         }
-        guard let first = tasks.first else {
-            // A batch claimed beside this one may have left tasks here meanwhile.
-            return claimed.take(for: worker)?.task
-        }
-        if tasks.count > 1 {
-            claimed.add(tasks.dropFirst(), owner: worker)
-            // Idle workers of this process (in `awaitWork`) take them.
-            completions.signal()
-        }
-        return first
+        return tasks
     }
 
     /// Hands back the tasks a batch claimed that no worker of this process started (waiting
@@ -310,23 +312,24 @@ final class ClaimedTasks: Sendable {
         var waiting: [Waiting] = []
         /// Started tasks claimed by another worker's batch: download id → (the worker running it, the row's owner).
         var started: [String: (worker: String, owner: String)] = [:]
-        /// Claim statements running.
-        var claiming = 0
     }
 
     private let state = Mutex(State())
 
-    /// How many tasks the claim starting now may take: `batch` when no other claim is running
-    /// and none waits here, else 1.
-    func beginClaim(batch: Int) -> Int {
-        state.withLock { state in
-            defer { state.claiming += 1 }
-            return state.claiming == 0 && state.waiting.isEmpty ? batch : 1
-        }
+    /// `worker` starts `task`, claimed under `owner`'s name for several workers at once.
+    func start(_ task: PrestageTask, owner: String, worker: String) {
+        state.withLock { $0.started[task.downloadId] = owner == worker ? nil : (worker, owner) }
     }
 
-    func endClaim() {
-        state.withLock { $0.claiming -= 1 }
+    /// The next waiting task, now started by `worker`, if it was claimed less than `age` ago
+    /// (an older one is left for `take`, whose caller renews it first).
+    func takeFresh(for worker: String, within age: Duration) -> PrestageTask? {
+        state.withLock { state in
+            guard let next = state.waiting.first, next.since.duration(to: .now) < age else { return nil }
+            state.waiting.removeFirst()
+            state.started[next.task.downloadId] = (worker, next.owner)
+            return next.task
+        }
     }
 
     func add(_ tasks: some Sequence<PrestageTask>, owner: String) {
@@ -369,6 +372,87 @@ final class ClaimedTasks: Sendable {
         state.withLock { state in
             defer { state.waiting.removeAll() }
             return state.waiting
+        }
+    }
+}
+
+/// Group claims: one claim statement at a time per process. A worker that asks while one runs
+/// waits for the next, which claims for every worker waiting by then, under the first one's name
+/// (`ClaimedTasks.start` tells `complete` and `renew` whose row it is), plus `extra` tasks for
+/// this process's next idle workers when none waits here already: so at most `extra` tasks wait
+/// unstarted per process, and other processes still share the run. A worker that finds a fresh
+/// waiting task takes it without a statement. (One statement per worker that asked while another
+/// ran was 273 claims for 500 tasks; PostgreSQL's CPU per run went with them.)
+final class ClaimBatcher: Sendable {
+    typealias Claim = @Sendable (_ owner: String, _ limit: Int) async throws -> [PrestageTask]
+
+    private struct State {
+        var waiters: [(worker: String, continuation: CheckedContinuation<PrestageTask?, any Error>)] = []
+        /// Whether a `drain` is claiming (the next `claim` then only queues).
+        var running = false
+    }
+
+    private let state = Mutex(State())
+    private let claimed: ClaimedTasks
+    private let completions: CompletionSignal
+    private let extra: Int
+    private let freshFor: Duration
+    private let run: Claim
+
+    init(claimed: ClaimedTasks, completions: CompletionSignal, extra: Int, freshFor: Duration, run: @escaping Claim) {
+        self.claimed = claimed
+        self.completions = completions
+        self.extra = max(0, extra)
+        self.freshFor = freshFor
+        self.run = run
+    }
+
+    /// A task for `worker`, or nil when none is claimable now.
+    func claim(worker: String) async throws -> PrestageTask? {
+        try await withCheckedThrowingContinuation { continuation in
+            let start: Bool = state.withLock { state in
+                state.waiters.append((worker, continuation))
+                guard !state.running else { return false }
+                state.running = true
+                return true
+            }
+            if start { Task { await drain() } }
+        }
+    }
+
+    private func drain() async {
+        while true {
+            var batch = state.withLock { state in
+                defer { state.waiters.removeAll() }
+                if state.waiters.isEmpty { state.running = false }
+                return state.waiters
+            }
+            if batch.isEmpty { return }
+            // Tasks the previous statement claimed for idle workers go first.
+            while let waiter = batch.first, let task = claimed.takeFresh(for: waiter.worker, within: freshFor) {
+                batch.removeFirst()
+                waiter.continuation.resume(returning: task)
+            }
+            guard let owner = batch.first?.worker else { continue }
+            let limit = batch.count + (claimed.hasWaiting ? 0 : extra)
+            do {
+                var tasks = try await run(owner, limit)[...]
+                for waiter in batch {
+                    guard let task = tasks.popFirst() else {
+                        waiter.continuation.resume(returning: nil)
+                        continue
+                    }
+                    claimed.start(task, owner: owner, worker: waiter.worker)
+                    waiter.continuation.resume(returning: task)
+                }
+                if !tasks.isEmpty {
+                    claimed.add(tasks, owner: owner)
+                    // Idle workers of this process (in `awaitWork`) take them.
+                    completions.signal()
+                }
+            } catch {
+                for waiter in batch { waiter.continuation.resume(throwing: error) }
+            }
         }
     }
 }
@@ -472,11 +556,26 @@ struct ClaimStatement: PostgresPreparedStatement {
         """
     typealias Row = (String, String)
 
+    /// What every claim of a run binds alike.
+    struct Settings: Sendable {
+        var runId: Int64
+        var maxAttempts: Int
+        var leaseSeconds: Double
+    }
+
     var runId: Int64
     var maxAttempts: Int
     var limit: Int
     var worker: String
     var leaseSeconds: Double
+
+    init(_ settings: Settings, limit: Int, worker: String) {
+        runId = settings.runId
+        maxAttempts = settings.maxAttempts
+        leaseSeconds = settings.leaseSeconds
+        self.limit = limit
+        self.worker = worker
+    }
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings()

@@ -73,13 +73,15 @@ struct PostgresQueueTests {
             try await queue.enqueue([one, two])  // not added twice
             #expect(try server.psql("SELECT count(*) FROM prestage_task") == "2")
 
-            // Concurrent claims: each task goes to exactly one worker.
+            // Concurrent claims: each task goes to exactly one worker (both rows may carry the
+            // name of one of them: claims made together share a statement).
             async let a = queue.claim(worker: "a")
             async let b = queue.claim(worker: "b")
-            let claimed = try await [a, b].compactMap { $0?.downloadId }.sorted()
+            let (taskA, taskB) = try await (a, b)
+            let claimed = [taskA, taskB].compactMap { $0?.downloadId }.sorted()
             #expect(claimed == [one.downloadId, two.downloadId])
             #expect(try await queue.claim(worker: "c") == nil)
-            let ownerOfTwo = try server.psql("SELECT worker FROM prestage_task WHERE download_id = '\(two.downloadId)'")
+            let ownerOfTwo = taskA?.downloadId == two.downloadId ? "a" : "b"
             let ownerOfOne = ownerOfTwo == "a" ? "b" : "a"
             #expect(try await queue.complete(one, worker: ownerOfOne, outcome: .staged(bytesFetched: 10, unpackedLength: 5)))
 
@@ -139,6 +141,47 @@ struct PostgresQueueTests {
             #expect(outcomes.count == 4)
             #expect(outcomes[third.contentIdentifier] == .staged(bytesFetched: 10, unpackedLength: 5))
             #expect(outcomes[fourth.contentIdentifier] == .failed(CourierError(.integrity, "bad")))
+            #expect(try await queue.awaitWork() == false)
+        }
+    }
+
+    @Test("workers that claim at once share statements: distinct tasks, each renewed and recorded as its worker")
+    func groupClaims() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            try await PostgresSchema.migrate(client, logger: Self.logger)
+            var runId: Int64 = 0
+            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
+                runId = id
+            }
+            let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), claimBatch: 2, logger: Self.logger)
+            try await queue.enqueue((20..<40).map(queueTask))
+            let workers = (0..<12).map { "w\($0)" }
+            let claimed = try await withThrowingTaskGroup(of: (String, PrestageTask?).self) { group in
+                for worker in workers { group.addTask { (worker, try await queue.claim(worker: worker)) } }
+                return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+            }
+            let tasks = workers.compactMap { claimed[$0] ?? nil }
+            #expect(tasks.count == workers.count)
+            #expect(Set(tasks.map(\.downloadId)).count == workers.count)
+            // Fewer claimers' names than claimers: rows claimed together carry one name.
+            let names = try server.psql("SELECT count(DISTINCT worker) FROM prestage_task WHERE state = 'claimed'")
+            #expect((Int(names) ?? 0) >= 1 && (Int(names) ?? 0) <= workers.count)
+            for worker in workers {
+                let task = try #require(claimed[worker] ?? nil)
+                #expect(try await queue.renew(task, worker: worker))
+                #expect(try await queue.complete(task, worker: "someone-else", outcome: .staged(bytesFetched: 1, unpackedLength: nil)) == false)
+                #expect(try await queue.complete(task, worker: worker, outcome: .staged(bytesFetched: 1, unpackedLength: nil)))
+            }
+            #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE state = 'staged'") == "12")
+            // The rest: claimed one by one, then none.
+            var rest = 0
+            while let task = try await queue.claim(worker: "tail") {
+                #expect(try await queue.complete(task, worker: "tail", outcome: .staged(bytesFetched: 1, unpackedLength: nil)))
+                rest += 1
+            }
+            #expect(rest == 8)
             #expect(try await queue.awaitWork() == false)
         }
     }
