@@ -35,7 +35,7 @@ enum EntryRules {
     static func components(of name: String, maxDepth: Int) throws -> [String] {
         if name.isEmpty { throw hostile("an entry has an empty name") }
         if name.hasPrefix("/") { throw hostile("the entry \(name.debugDescription) has an absolute path") }
-        if name.contains("\\") {
+        if name.utf8.contains(UInt8(ascii: "\\")) {
             throw hostile("the entry \(name.debugDescription) uses a backslash as a path separator")
         }
         if name.utf8.contains(0) { throw hostile("the entry \(name.debugDescription) contains a NUL byte") }

@@ -181,16 +181,18 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `inbox` is a Mu
     }
 
     func post(_ command: Command) {
-        let posted = inbox.withLock { inbox in
+        let (posted, wake) = inbox.withLock { inbox in
+            // Only the first command of a batch wakes the loop: it takes the whole inbox at once.
+            let wake = inbox.commands.isEmpty
             if !inbox.stopped { inbox.commands.append(command) }
-            return !inbox.stopped
+            return (!inbox.stopped, wake)
         }
         guard posted else {
             // Never started: tell it so on this thread (no handle exists yet).
             if case .add(let job) = command { job.didFinish(CURLE_ABORTED_BY_CALLBACK, stop: .shutdown) }
             return
         }
-        curl_multi_wakeup(multi)
+        if wake { curl_multi_wakeup(multi) }
     }
 
     /// Stops every job (`didFinish` with `.shutdown`) and ends the thread; waits for it.
@@ -455,7 +457,12 @@ enum URLPolicy {
     }
 
     static func isLoopback(host: String) -> Bool {
-        let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        // Brackets trimmed by hand: a CharacterSet built per call (and NSString's trimming) cost
+        // more than the rest of a loopback download's URL checks.
+        var trimmed = Substring(host.lowercased())
+        while let first = trimmed.first, first == "[" || first == "]" { trimmed.removeFirst() }
+        while let last = trimmed.last, last == "[" || last == "]" { trimmed.removeLast() }
+        let host = String(trimmed)
         if host == "localhost" || host == "::1" { return true }
         let octets = host.split(separator: ".")
         return octets.count == 4 && octets.first == "127" && octets.allSatisfy { UInt8($0) != nil }

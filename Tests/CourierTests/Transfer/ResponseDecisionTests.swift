@@ -116,5 +116,11 @@ struct ResponseDecisionTests {
         #expect(URLPolicy.isLoopback(host: "[::1]"))
         #expect(!URLPolicy.isLoopback(host: "127.0.0.1.example.com"))
         #expect(!URLPolicy.isLoopback(host: "example.com"))
+        #expect(URLPolicy.isLoopback(host: "LocalHost"))
+        #expect(URLPolicy.isLoopback(host: "[[::1]]"))
+        #expect(!URLPolicy.isLoopback(host: "[::2]"))
+        #expect(!URLPolicy.isLoopback(host: "128.0.0.1"))
+        #expect(!URLPolicy.isLoopback(host: "127.0.0.256"))
+        #expect(!URLPolicy.isLoopback(host: ""))
     }
 }
