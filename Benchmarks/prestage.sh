@@ -35,7 +35,12 @@ if [ -z "${COURIER_BIN:-}" ]; then
 else
   BIN=$COURIER_BIN
 fi
-WORK=$(mktemp -d /tmp/courier-bench-prestage.XXXXXX)
+# BENCH_DIR=folder puts the work folder (nginx's files, PostgreSQL, every command's output) there
+# instead of /tmp. On this machine's journal-less ext4, /tmp shares its inode groups with every
+# test run's scratch folders, whose deletions make each new inode there skip them for minutes
+# (see above); a folder of its own made at the top of the filesystem (ext4 spreads those over
+# the groups) measures the tools instead. docs/scaling.md reports both.
+WORK=$(mktemp -d "${BENCH_DIR:-/tmp}/courier-bench-prestage.XXXXXX")
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 cleanup() {
   [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null
