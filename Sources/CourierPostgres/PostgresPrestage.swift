@@ -162,6 +162,13 @@ public struct PostgresPrestage: Sendable {
                 if coordinator {
                     let summary = try job.publish(plan, outcomes: try await queue.outcomes(), events: events)
                     try await runs.markPublished(runId)
+                    // Finished runs do not pile up: those published over a week ago go, tasks and all.
+                    do {
+                        let removed = try await runs.removePublished()
+                        if removed > 0 { logger.debug("removed old published runs", metadata: ["count": "\(removed)"]) }
+                    } catch {
+                        logger.warning("cannot remove old published runs", metadata: ["error": "\(error)"])
+                    }
                     return summary
                 }
                 try checkInterrupted()
@@ -240,6 +247,25 @@ struct RunTable: Sendable {
             }
         }
     }
+
+    /// Deletes the runs published more than `retention` ago, with their tasks (`ON DELETE
+    /// CASCADE`); returns how many. A published run is read only by the processes that were
+    /// waiting for it, at once; what is kept is for inspection.
+    func removePublished() async throws -> Int {
+        try await perform("cannot remove old published runs in PostgreSQL") {
+            let rows = try await client.query(
+                """
+                DELETE FROM prestage_run WHERE state = 'published' AND published_at < now() - \(unescaped: Self.retention)
+                RETURNING run_id
+                """, logger: logger)
+            var count = 0
+            for try await _ in rows.decode(Int64.self) { count += 1 }
+            return count
+        }
+    }
+
+    /// How long a published run and its tasks are kept (a constant SQL interval).
+    static let retention = "interval '7 days'"
 
     func markPublished(_ runId: Int64) async throws {
         try await perform("cannot mark the run published in PostgreSQL") {

@@ -186,6 +186,32 @@ struct PostgresQueueTests {
         }
     }
 
+    @Test("runs published over a week ago are removed with their tasks; newer and open runs stay")
+    func removePublishedRuns() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            try await PostgresSchema.migrate(client, logger: Self.logger)
+            try server.psql(
+                """
+                INSERT INTO prestage_run (run_key, plan, state, published_at) VALUES
+                    ('old', '{}', 'published', now() - interval '8 days'),
+                    ('recent', '{}', 'published', now() - interval '6 days'),
+                    ('open', '{}', 'running', NULL)
+                """)
+            try server.psql(
+                """
+                INSERT INTO prestage_task (run_id, download_id, content_identifier, task)
+                SELECT run_id, run_key || '-task', run_key, '{}' FROM prestage_run
+                """)
+            let runs = RunTable(client: client, logger: Self.logger)
+            #expect(try await runs.removePublished() == 1)
+            #expect(try server.psql("SELECT string_agg(run_key, ',' ORDER BY run_key) FROM prestage_run") == "open,recent")
+            #expect(try server.psql("SELECT string_agg(download_id, ',' ORDER BY download_id) FROM prestage_task") == "open-task,recent-task")
+            #expect(try await runs.removePublished() == 0)
+        }
+    }
+
     @Test("an interrupted worker hands its task back; a task whose workers keep dying fails after 5 leases")
     func handBackAndExhaustion() async throws {
         let server = try PostgresServer()
