@@ -23,9 +23,17 @@ final class ArchiveReader {
 
     private let handle: OpaquePointer
     private let path: String
-    private let locale: locale_t?
     private let previousLocale: locale_t?
     private var closed = false
+
+    /// The C.UTF-8 `LC_CTYPE` locale every reader switches its thread to, made once: glibc's
+    /// locale objects do not change once made and may be in use on several threads at once.
+    /// (Made per reader, `newlocale` read the locale's files for each package: 1% of a prestage.)
+    private struct SharedLocale: @unchecked Sendable {  // @unchecked: an immutable glibc locale object, never freed.
+        let value: locale_t?
+    }
+
+    private static let utf8Locale = SharedLocale(value: courier_utf8_ctype_locale())
 
     /// Opens `url`: a whole zip, read through its central directory; or, when `streamable`, the
     /// bytes of entries from their local headers on (a delta update's fetched entry: its local
@@ -36,8 +44,7 @@ final class ArchiveReader {
         }
         self.handle = handle
         self.path = url.path
-        locale = courier_utf8_ctype_locale()
-        previousLocale = locale.map { uselocale($0) }
+        previousLocale = Self.utf8Locale.value.map { uselocale($0) }
         if streamable {
             archive_read_support_format_zip_streamable(handle)
         } else {
@@ -58,7 +65,6 @@ final class ArchiveReader {
         closed = true
         archive_read_free(handle)
         if let previousLocale { uselocale(previousLocale) }
-        if let locale { freelocale(locale) }
     }
 
     /// The next entry header, or nil at the end. A damaged header is `integrity`.

@@ -162,11 +162,10 @@ public struct LocalStagingTree: StagingTree {
         let packages = root.appendingPathComponent("packages", isDirectory: true)
         var removed: [String] = []
         let fileManager = FileManager.default
-        let folders = (try? fileManager.contentsOfDirectory(atPath: packages.path)) ?? []
+        let folders = Self.names(in: packages.path)
         let cutoff = Date().addingTimeInterval(-grace)
         for folder in folders {
-            let files = (try? fileManager.contentsOfDirectory(atPath: packages.appendingPathComponent(folder).path)) ?? []
-            for name in files where !name.hasPrefix(".") {
+            for name in Self.names(in: packages.path + "/" + folder) where !name.hasPrefix(".") {
                 let path = "packages/\(folder)/\(name)"
                 guard !listed.contains(path) else { continue }
                 let url = root.appendingPathComponent(path)
@@ -176,6 +175,24 @@ public struct LocalStagingTree: StagingTree {
             }
         }
         return removed.sorted()
+    }
+
+    /// The names in the folder at `path` (without `.` and `..`); none when it cannot be read or
+    /// is not a folder. `readdir` itself: a run's end lists every product folder, and
+    /// `FileManager.contentsOfDirectory` cost about 15 µs a folder.
+    static func names(in path: String) -> [String] {
+        guard let folder = opendir(path) else { return [] }
+        defer { closedir(folder) }
+        var names: [String] = []
+        while let entry = readdir(folder) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) {
+                    String(cString: $0)
+                }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
     }
 
     /// The file of a relative path, refusing anything that would leave the tree.

@@ -166,8 +166,15 @@ struct StagingTreeTests {
             bundleId: "b",
             products: [Catalog.Product(productId: "com.example.a", content: Catalog.Content(url: keep, sha256: String(repeating: "1", count: 64), length: 3, version: "1", placement: .cache))]
         )
+        // Every product folder is listed, hidden files are left, names are kept as they are.
+        let other = "packages/com.example.\u{e9}t\u{e9}/\(String(repeating: "2", count: 64)).zip"
+        try Self.stage(tree, Data(count: 3), at: other)
+        let hidden = folder.url.appendingPathComponent("packages/com.example.a/.partial")
+        try Data(count: 1).write(to: hidden)
+        try Data(count: 1).write(to: folder.url.appendingPathComponent("packages/stray-file"))
         #expect(try tree.removeUnlisted(by: catalog, grace: 3600).isEmpty)
-        #expect(try tree.removeUnlisted(by: catalog, grace: -1) == [old])
+        #expect(try tree.removeUnlisted(by: catalog, grace: -1) == [old, other].sorted())
         #expect(try tree.hasPackage(at: keep, length: 3))
+        #expect(FileManager.default.fileExists(atPath: hidden.path))
     }
 }
