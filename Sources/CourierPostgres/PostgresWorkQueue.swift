@@ -376,42 +376,29 @@ final class ClaimedTasks: Sendable {
     }
 }
 
-/// Group claims: one claim statement at a time per process. A worker that asks while one runs
-/// waits for the next, which claims for every worker waiting by then, under the first one's name
-/// (`ClaimedTasks.start` tells `complete` and `renew` whose row it is), plus `extra` tasks for
-/// this process's next idle workers when none waits here already: so at most `extra` tasks wait
-/// unstarted per process, and other processes still share the run. A worker that finds a fresh
-/// waiting task takes it without a statement. (One statement per worker that asked while another
-/// ran was 273 claims for 500 tasks; PostgreSQL's CPU per run went with them.)
-final class ClaimBatcher: Sendable {
-    typealias Claim = @Sendable (_ owner: String, _ limit: Int) async throws -> [PrestageTask]
+/// Group commit of requests: one batch is processed at a time, and a request made meanwhile
+/// waits for the next batch, which takes every request waiting by then. `process` resumes the
+/// continuation of each request in its batch.
+final class GroupedRequests<Request: Sendable, Value: Sendable>: Sendable {
+    typealias Waiter = (request: Request, continuation: CheckedContinuation<Value, any Error>)
 
     private struct State {
-        var waiters: [(worker: String, continuation: CheckedContinuation<PrestageTask?, any Error>)] = []
-        /// Whether a `drain` is claiming (the next `claim` then only queues).
+        var waiting: [Waiter] = []
+        /// Whether a batch is being processed (the next request then only waits).
         var running = false
     }
 
     private let state = Mutex(State())
-    private let claimed: ClaimedTasks
-    private let completions: CompletionSignal
-    private let extra: Int
-    private let freshFor: Duration
-    private let run: Claim
+    private let process: @Sendable ([Waiter]) async -> Void
 
-    init(claimed: ClaimedTasks, completions: CompletionSignal, extra: Int, freshFor: Duration, run: @escaping Claim) {
-        self.claimed = claimed
-        self.completions = completions
-        self.extra = max(0, extra)
-        self.freshFor = freshFor
-        self.run = run
+    init(process: @escaping @Sendable ([Waiter]) async -> Void) {
+        self.process = process
     }
 
-    /// A task for `worker`, or nil when none is claimable now.
-    func claim(worker: String) async throws -> PrestageTask? {
+    func submit(_ request: Request) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             let start: Bool = state.withLock { state in
-                state.waiters.append((worker, continuation))
+                state.waiting.append((request, continuation))
                 guard !state.running else { return false }
                 state.running = true
                 return true
@@ -422,37 +409,70 @@ final class ClaimBatcher: Sendable {
 
     private func drain() async {
         while true {
-            var batch = state.withLock { state in
-                defer { state.waiters.removeAll() }
-                if state.waiters.isEmpty { state.running = false }
-                return state.waiters
+            let batch: [Waiter] = state.withLock { state in
+                defer { state.waiting.removeAll() }
+                if state.waiting.isEmpty { state.running = false }
+                return state.waiting
             }
             if batch.isEmpty { return }
-            // Tasks the previous statement claimed for idle workers go first.
-            while let waiter = batch.first, let task = claimed.takeFresh(for: waiter.worker, within: freshFor) {
-                batch.removeFirst()
+            await process(batch)
+        }
+    }
+}
+
+/// Group claims: one claim statement at a time per process. A worker that asks while one runs
+/// waits for the next, which claims for every worker waiting by then, under the first one's name
+/// (`ClaimedTasks.start` tells `complete` and `renew` whose row it is), plus `extra` tasks for
+/// this process's next idle workers when none waits here already: so at most `extra` tasks wait
+/// unstarted per process, and other processes still share the run. A worker that finds a fresh
+/// waiting task takes it without a statement. (One statement per worker that asked while another
+/// ran was 273 claims for 500 tasks; PostgreSQL's CPU per run went with them.)
+final class ClaimBatcher: Sendable {
+    typealias Claim = @Sendable (_ owner: String, _ limit: Int) async throws -> [PrestageTask]
+
+    private let requests: GroupedRequests<String, PrestageTask?>
+
+    init(claimed: ClaimedTasks, completions: CompletionSignal, extra: Int, freshFor: Duration, run: @escaping Claim) {
+        let extra = max(0, extra)
+        requests = GroupedRequests { batch in
+            await Self.claim(batch, claimed: claimed, completions: completions, extra: extra, freshFor: freshFor, run: run)
+        }
+    }
+
+    /// A task for `worker`, or nil when none is claimable now.
+    func claim(worker: String) async throws -> PrestageTask? {
+        try await requests.submit(worker)
+    }
+
+    private static func claim(
+        _ batch: [GroupedRequests<String, PrestageTask?>.Waiter], claimed: ClaimedTasks, completions: CompletionSignal, extra: Int,
+        freshFor: Duration, run: Claim
+    ) async {
+        var batch = batch[...]
+        // Tasks the previous statement claimed for idle workers go first.
+        while let waiter = batch.first, let task = claimed.takeFresh(for: waiter.request, within: freshFor) {
+            batch.removeFirst()
+            waiter.continuation.resume(returning: task)
+        }
+        guard let owner = batch.first?.request else { return }
+        let limit = batch.count + (claimed.hasWaiting ? 0 : extra)
+        do {
+            var tasks = try await run(owner, limit)[...]
+            for waiter in batch {
+                guard let task = tasks.popFirst() else {
+                    waiter.continuation.resume(returning: nil)
+                    continue
+                }
+                claimed.start(task, owner: owner, worker: waiter.request)
                 waiter.continuation.resume(returning: task)
             }
-            guard let owner = batch.first?.worker else { continue }
-            let limit = batch.count + (claimed.hasWaiting ? 0 : extra)
-            do {
-                var tasks = try await run(owner, limit)[...]
-                for waiter in batch {
-                    guard let task = tasks.popFirst() else {
-                        waiter.continuation.resume(returning: nil)
-                        continue
-                    }
-                    claimed.start(task, owner: owner, worker: waiter.worker)
-                    waiter.continuation.resume(returning: task)
-                }
-                if !tasks.isEmpty {
-                    claimed.add(tasks, owner: owner)
-                    // Idle workers of this process (in `awaitWork`) take them.
-                    completions.signal()
-                }
-            } catch {
-                for waiter in batch { waiter.continuation.resume(throwing: error) }
+            if !tasks.isEmpty {
+                claimed.add(tasks, owner: owner)
+                // Idle workers of this process (in `awaitWork`) take them.
+                completions.signal()
             }
+        } catch {
+            for waiter in batch { waiter.continuation.resume(throwing: error) }
         }
     }
 }
@@ -469,47 +489,12 @@ final class RecordBatcher: Sendable {
         var outcome: String
     }
 
-    private let client: PostgresClient
-    private let runId: Int64
-    private let logger: Logger
-    private struct State {
-        var pending: [(Record, CheckedContinuation<Bool, any Error>)] = []
-        /// Whether a `drain` is writing (the next `record` then only queues).
-        var running = false
-    }
-
-    private let state = Mutex(State())
+    private let requests: GroupedRequests<Record, Bool>
 
     init(client: PostgresClient, runId: Int64, logger: Logger) {
-        self.client = client
-        self.runId = runId
-        self.logger = logger
-    }
-
-    /// Records `record`; false when the row is no longer claimed by its worker.
-    func record(_ record: Record) async throws -> Bool {
-        try await withCheckedThrowingContinuation { continuation in
-            let start: Bool = state.withLock { state in
-                state.pending.append((record, continuation))
-                guard !state.running else { return false }
-                state.running = true
-                return true
-            }
-            if start { Task { await drain() } }
-        }
-    }
-
-    private func drain() async {
-        while true {
-            let batch: [(Record, CheckedContinuation<Bool, any Error>)] = state.withLock { state in
-                defer { state.pending.removeAll() }
-                if state.pending.isEmpty { state.running = false }
-                return state.pending
-            }
-            if batch.isEmpty { return }
-            let records = batch.map(\.0)
+        requests = GroupedRequests { batch in
             do {
-                let recorded = try await write(records)
+                let recorded = try await Self.write(batch.map(\.request), client: client, runId: runId, logger: logger)
                 for (record, continuation) in batch { continuation.resume(returning: recorded.contains(record.downloadId)) }
             } catch {
                 for (_, continuation) in batch { continuation.resume(throwing: error) }
@@ -517,8 +502,13 @@ final class RecordBatcher: Sendable {
         }
     }
 
+    /// Records `record`; false when the row is no longer claimed by its worker.
+    func record(_ record: Record) async throws -> Bool {
+        try await requests.submit(record)
+    }
+
     /// One statement for every record; returns the download ids recorded.
-    private func write(_ records: [Record]) async throws -> Set<String> {
+    private static func write(_ records: [Record], client: PostgresClient, runId: Int64, logger: Logger) async throws -> Set<String> {
         let rows = try await client.execute(RecordStatement(runId: runId, records: records), logger: logger)
         var recorded = Set<String>()
         for try await id in rows { recorded.insert(id) }

@@ -30,6 +30,15 @@ func queueTask(_ index: Int) -> PrestageTask {
 struct PostgresQueueTests {
     static let logger = Logger(label: "test.queue")
 
+    /// Creates the schema and an empty run; returns the run's id.
+    static func newRun(_ client: PostgresClient) async throws -> Int64 {
+        try await PostgresSchema.migrate(client, logger: logger)
+        for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
+            return id
+        }
+        throw CourierError(.internal, "no run id")
+    }
+
     @Test("PostgreSQL binaries are installed (scripts/setup installs them; the suite needs them)")
     func binariesInstalled() {
         #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
@@ -61,11 +70,7 @@ struct PostgresQueueTests {
         let server = try PostgresServer()
         defer { server.stop() }
         try await withPostgresClient(server) { client in
-            try await PostgresSchema.migrate(client, logger: Self.logger)
-            var runId: Int64 = 0
-            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
-                runId = id
-            }
+            let runId = try await Self.newRun(client)
             let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
             let one = queueTask(1)
             let two = queueTask(2)
@@ -110,11 +115,7 @@ struct PostgresQueueTests {
         let server = try PostgresServer()
         defer { server.stop() }
         try await withPostgresClient(server) { client in
-            try await PostgresSchema.migrate(client, logger: Self.logger)
-            var runId: Int64 = 0
-            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
-                runId = id
-            }
+            let runId = try await Self.newRun(client)
             let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), claimBatch: 3, logger: Self.logger)
             try await queue.enqueue((10..<14).map(queueTask))
             // One statement claims three tasks under the first worker's name.
@@ -150,11 +151,7 @@ struct PostgresQueueTests {
         let server = try PostgresServer()
         defer { server.stop() }
         try await withPostgresClient(server) { client in
-            try await PostgresSchema.migrate(client, logger: Self.logger)
-            var runId: Int64 = 0
-            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
-                runId = id
-            }
+            let runId = try await Self.newRun(client)
             let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), claimBatch: 2, logger: Self.logger)
             try await queue.enqueue((20..<40).map(queueTask))
             let workers = (0..<12).map { "w\($0)" }
@@ -217,11 +214,7 @@ struct PostgresQueueTests {
         let server = try PostgresServer()
         defer { server.stop() }
         try await withPostgresClient(server) { client in
-            try await PostgresSchema.migrate(client, logger: Self.logger)
-            var runId: Int64 = 0
-            for try await id in try await client.query("INSERT INTO prestage_run (run_key, plan) VALUES ('test', '{}') RETURNING run_id").decode(Int64.self) {
-                runId = id
-            }
+            let runId = try await Self.newRun(client)
             let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
             let task = queueTask(3)
             try await queue.enqueue([task])
