@@ -72,32 +72,18 @@ public struct PostgresPrestage: Sendable {
         client: PostgresClient, catalog location: String, relativeTo base: URL, products: Set<String>?, runKey: String,
         events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> PrestageSummary {
-        // The upstream catalog is loaded while PostgreSQL is reached (a coordinator needs it to
-        // plan; a process that joins an open run drops it), and the lock's connection is opened
-        // while the pool's first one migrates: the run starts one connection setup and one
-        // catalog load sooner.
-        let runner = self.runner
-        let upstream = Task { try await runner.loadCatalog(location, relativeTo: base) }
-        defer { upstream.cancel() }
-        let configuration = try url.connectionConfiguration
-        let logger = self.logger
-        async let connecting = PostgresConnection.connect(configuration: configuration, id: 1, logger: logger)
+        try await PostgresSchema.migrate(client, logger: logger)
         let lock: PostgresConnection
         do {
-            try await PostgresSchema.migrate(client, logger: logger)
-        } catch {
-            try? await connecting.close()
-            throw error
-        }
-        do {
-            lock = try await connecting
+            lock = try await PostgresConnection.connect(
+                configuration: try url.connectionConfiguration, id: 1, logger: logger)
         } catch {
             throw PostgresErrors.wrap(error, "cannot connect to PostgreSQL at \(url)")
         }
         do {
             let summary = try await coordinate(
-                client: client, lock: lock, catalog: location, relativeTo: base, upstream: upstream, products: products,
-                runKey: runKey, events: events)
+                client: client, lock: lock, catalog: location, relativeTo: base, products: products, runKey: runKey,
+                events: events)
             try? await lock.close()
             return summary
         } catch {
@@ -108,14 +94,10 @@ public struct PostgresPrestage: Sendable {
 
     private func coordinate(
         client: PostgresClient, lock: PostgresConnection, catalog location: String, relativeTo base: URL,
-        upstream: Task<LoadedCatalog, any Error>, products: Set<String>?, runKey: String,
-        events: @escaping @Sendable (PrestageEvent) -> Void
+        products: Set<String>?, runKey: String, events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> PrestageSummary {
         let runs = RunTable(client: client, logger: logger)
         var coordinator = false
-        // The catalog loaded at the start serves a plan made without waiting; after a wait for
-        // another process, the catalog is loaded again (it may have changed meanwhile).
-        var prefetched: Task<LoadedCatalog, any Error>? = upstream
         while true {
             try checkInterrupted()
             if !coordinator { coordinator = try await runs.tryLock(runKey, on: lock) }
@@ -123,17 +105,10 @@ public struct PostgresPrestage: Sendable {
             if open == nil {
                 guard coordinator else {
                     // Another process is planning (or just finished a run): look again shortly.
-                    prefetched = nil
                     try await pause()
                     continue
                 }
-                let loaded: LoadedCatalog
-                if let prefetched {
-                    loaded = try await prefetched.value
-                } else {
-                    loaded = try await runner.loadCatalog(location, relativeTo: base)
-                }
-                let plan = try runner.plan(loaded, products: products)
+                let plan = try await runner.plan(catalog: location, relativeTo: base, products: products)
                 if plan.tasks.isEmpty {
                     events(PrestageJob.plannedEvent(plan))
                     logger.debug("nothing new to stage; no run inserted")

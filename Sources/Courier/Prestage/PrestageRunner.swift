@@ -47,17 +47,8 @@ public final class PrestageRunner: Sendable {
 
     /// Loads the upstream catalog at `location` and plans `products` against the tree.
     public func plan(catalog location: String, relativeTo base: URL, products: Set<String>?) async throws -> PrestagePlan {
-        try plan(try await loadCatalog(location, relativeTo: base), products: products)
-    }
-
-    /// Loads the upstream catalog at `location` (a file relative to `base`, or a URL).
-    public func loadCatalog(_ location: String, relativeTo base: URL) async throws -> LoadedCatalog {
-        try await catalogLoader.load(location, relativeTo: base)
-    }
-
-    /// Plans `products` of a loaded upstream catalog against what the tree has published now.
-    public func plan(_ loaded: LoadedCatalog, products: Set<String>?) throws -> PrestagePlan {
-        try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
+        let loaded = try await catalogLoader.load(location, relativeTo: base)
+        return try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
     }
 
     /// The job of this runner over another work queue (a run shared through PostgreSQL).
