@@ -128,7 +128,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     static func claim(
         client: PostgresClient, statement: ClaimStatement.Settings, owner: String, limit: Int, logger: Logger
     ) async throws -> [PrestageTask] {
-        let rows = try await client.execute(ClaimStatement(statement, limit: limit, worker: owner), logger: logger)
+        let rows = try await client.execute(ClaimStatement(settings: statement, limit: limit, worker: owner), logger: logger)
         var tasks: [PrestageTask] = []
         let decoder = JSONDecoder()
         for try await (document, previous) in rows {
@@ -553,27 +553,17 @@ struct ClaimStatement: PostgresPreparedStatement {
         var leaseSeconds: Double
     }
 
-    var runId: Int64
-    var maxAttempts: Int
+    var settings: Settings
     var limit: Int
     var worker: String
-    var leaseSeconds: Double
-
-    init(_ settings: Settings, limit: Int, worker: String) {
-        runId = settings.runId
-        maxAttempts = settings.maxAttempts
-        leaseSeconds = settings.leaseSeconds
-        self.limit = limit
-        self.worker = worker
-    }
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings()
-        bindings.append(runId)
-        bindings.append(maxAttempts)
+        bindings.append(settings.runId)
+        bindings.append(settings.maxAttempts)
         bindings.append(limit)
         bindings.append(worker)
-        bindings.append(leaseSeconds)
+        bindings.append(settings.leaseSeconds)
         return bindings
     }
 

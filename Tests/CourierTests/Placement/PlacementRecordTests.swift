@@ -11,46 +11,7 @@ import Testing
 struct PlacementRecordTests {
     static let product = "com.example.levels.pack1"
 
-    struct Fixture {
-        let directory: TemporaryDirectory
-        let layout: StorageLayout
-        let store: StateStore
-
-        init() throws {
-            directory = try TemporaryDirectory()
-            layout = StorageLayout(root: directory.appending("Storage"))
-            store = try StateStore(layout: layout)
-        }
-
-        /// A placer on the store, as another process would have one.
-        func placer() -> ContentPlacer {
-            ContentPlacer(
-                layout: layout, store: store, packages: PackageConfiguration(), placement: PlacementConfiguration(),
-                logger: Logger(label: "test"))
-        }
-
-        func package(version: String) throws -> URL {
-            let url = directory.appending("v\(version)-\(UUID().uuidString).zip")
-            try PackageFixtures.infoZip(product: PlacementRecordTests.product, version: version, files: ["version.txt": Data(version.utf8)], at: url)
-            return url
-        }
-
-        func install(version: String, recording: (PlacementRecord) throws -> Void) throws -> DeliveredContent {
-            try placer().install(
-                package: try package(version: version), contentIdentifier: PlacementRecordTests.product,
-                productId: PlacementRecordTests.product, version: version, placement: .documents, force: false,
-                verifiedSHA256: nil, recording: recording)
-        }
-
-        func placedVersion() throws -> String {
-            let folder = layout.documents.appendingPathComponent(PlacementRecordTests.product)
-            return try String(contentsOf: folder.appendingPathComponent("Contents/version.txt"), encoding: .utf8)
-        }
-
-        func intents() throws -> Int {
-            try store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM content_installation") ?? -1 }
-        }
-    }
+    typealias Fixture = ContentPlacerTests.Fixture
 
     @Test("the new version is in place before the record; another process's recovery leaves the live install alone")
     func recoveryWaitsForTheLiveInstall() throws {
@@ -86,5 +47,25 @@ struct PlacementRecordTests {
         #expect(try fixture.intents() == 0)
         let attempts = try fixture.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM content_install_attempt") }
         #expect(attempts == 0)
+    }
+}
+
+/// What these tests need beside `ContentPlacerTests.Fixture`: an install whose record the test
+/// writes itself, and what it left.
+extension ContentPlacerTests.Fixture {
+    func install(version: String, recording: (PlacementRecord) throws -> Void) throws -> DeliveredContent {
+        try placer().install(
+            package: try package(version: version), contentIdentifier: PlacementRecordTests.product,
+            productId: PlacementRecordTests.product, version: version, placement: .documents, force: false,
+            verifiedSHA256: nil, recording: recording)
+    }
+
+    func placedVersion() throws -> String {
+        let folder = layout.documents.appendingPathComponent(PlacementRecordTests.product)
+        return try String(contentsOf: folder.appendingPathComponent("Contents/version.txt"), encoding: .utf8)
+    }
+
+    func intents() throws -> Int {
+        try store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM content_installation") ?? -1 }
     }
 }
