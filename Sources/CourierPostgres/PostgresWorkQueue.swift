@@ -17,10 +17,13 @@ import Synchronization
 /// Workers of this process that claim at the same time share one statement (`ClaimBatcher`),
 /// which may also take up to `claimBatch - 1` more tasks: those wait in this process for its next
 /// idle workers (each row names the worker whose statement claimed it; `complete` and `renew` use
-/// that name for the worker that took the task). A task
+/// that name for the worker that took the task). How many it takes ahead follows the pace of
+/// this process's workers (`ClaimPace`): as many as they start in `prefetchWindow`, so short
+/// tasks share statements and long ones are left for other processes. A task
 /// that waited more than a third of its lease is renewed before a worker starts it, and
-/// `handBackUnstarted` returns the ones no worker started (an interrupted process). Outcomes that
-/// are recorded at the same time (a group sync ends for several workers) share one `UPDATE`.
+/// `handBackUnstarted` returns the ones no worker started (an interrupted process). Outcomes
+/// recorded within `recordGather` of each other share one `UPDATE` (a staged task's record does
+/// not hold its worker up; a failure's, and any when a worker runs out of tasks, go at once).
 ///
 /// These per-task changes commit without waiting for the WAL flush (`synchronous_commit = off`
 /// for their own transaction, set in the statement): a server crash may lose the last few, which
@@ -39,6 +42,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     let completions = CompletionSignal()
     /// Tasks claimed at most per statement (1: one per claim).
     public let claimBatch: Int
+    /// How long a record waits for others to share its statement (nil: it does not wait).
+    public let recordGather: Duration?
     /// Tasks claimed by a batch and not yet started, and who started which.
     let claimed = ClaimedTasks()
     /// Outcomes waiting to be recorded together.
@@ -50,7 +55,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
 
     public init(
         client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
-        pollInterval: Duration = .milliseconds(250), claimBatch: Int = 1, logger: Logger
+        pollInterval: Duration = .milliseconds(250), claimBatch: Int = 1, prefetchWindow: Duration = .milliseconds(50),
+        recordGather: Duration? = nil, logger: Logger
     ) {
         self.client = client
         self.runId = runId
@@ -58,12 +64,13 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         self.maxAttempts = maxAttempts
         self.pollInterval = pollInterval
         self.claimBatch = max(1, claimBatch)
+        self.recordGather = recordGather
         self.logger = logger
-        self.records = RecordBatcher(client: client, runId: runId, logger: logger)
+        self.records = RecordBatcher(client: client, runId: runId, gather: recordGather, logger: logger)
         let statement = ClaimStatement.Settings(
             runId: runId, maxAttempts: maxAttempts, leaseSeconds: Self.seconds(lease))
         self.claims = ClaimBatcher(
-            claimed: claimed, completions: completions, extra: self.claimBatch - 1, freshFor: lease / 3
+            claimed: claimed, completions: completions, extra: self.claimBatch - 1, window: prefetchWindow, freshFor: lease / 3
         ) { [client, logger] owner, limit in
             try await Self.claim(client: client, statement: statement, owner: owner, limit: limit, logger: logger)
         }
@@ -115,6 +122,16 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     }
 
     public func claim(worker: String) async throws -> PrestageTask? {
+        claimed.asked(by: worker)
+        let task = try await nextTask(for: worker)
+        if task == nil {
+            // The worker is about to wait for its records (and the run for everyone's): no gather.
+            records.flush()
+        }
+        return task
+    }
+
+    private func nextTask(for worker: String) async throws -> PrestageTask? {
         while let waiting = claimed.take(for: worker) {
             // Held here a while: make sure the lease is still this process's before starting it.
             if waiting.since.duration(to: .now) < lease / 3 { return waiting.task }
@@ -148,6 +165,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     /// Hands back the tasks a batch claimed that no worker of this process started (waiting
     /// again for any worker). Call once this process's workers have stopped.
     public func handBackUnstarted() async {
+        records.flush()
         let unstarted = claimed.takeAll()
         guard !unstarted.isEmpty else { return }
         // Not a child of the caller: a process being interrupted still hands them back.
@@ -190,12 +208,15 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                     """, logger: logger)
             }
         }
-        let state: String
-        if case .staged = outcome { state = "staged" } else { state = "failed" }
+        let staged: Bool
+        if case .staged = outcome { staged = true } else { staged = false }
         let document = try Self.encode(outcome)
         defer { completions.signal() }
         do {
-            return try await records.record(.init(downloadId: task.downloadId, worker: owner, state: state, outcome: document))
+            // A failure's worker waits for its record: no gather.
+            let record = RecordBatcher.Record(
+                downloadId: task.downloadId, worker: owner, state: staged ? "staged" : "failed", outcome: document)
+            return try await records.record(record, urgent: !staged)
         } catch {
             throw PostgresErrors.wrap(error, "cannot record a pre-staging outcome in PostgreSQL")
         }
@@ -312,22 +333,39 @@ final class ClaimedTasks: Sendable {
         var waiting: [Waiting] = []
         /// Started tasks claimed by another worker's batch: download id → (the worker running it, the row's owner).
         var started: [String: (worker: String, owner: String)] = [:]
+        var pace = ClaimPace()
     }
 
     private let state = Mutex(State())
 
+    /// `worker` asks for its next task (its previous one, if any, is done).
+    func asked(by worker: String) {
+        state.withLock { $0.pace.asked(by: worker, at: .now) }
+    }
+
+    /// Tasks a claim may take ahead for this process's workers: as many as they start within
+    /// `window` at their pace, at most `limit`.
+    func ahead(within window: Duration, limit: Int) -> Int {
+        state.withLock { $0.pace.ahead(within: window, limit: limit) }
+    }
+
     /// `worker` starts `task`, claimed under `owner`'s name for several workers at once.
     func start(_ task: PrestageTask, owner: String, worker: String) {
-        state.withLock { $0.started[task.downloadId] = owner == worker ? nil : (worker, owner) }
+        state.withLock {
+            $0.started[task.downloadId] = owner == worker ? nil : (worker, owner)
+            $0.pace.began(worker, at: .now)
+        }
     }
 
     /// The next waiting task, now started by `worker`, if it was claimed less than `age` ago
     /// (an older one is left for `take`, whose caller renews it first).
     func takeFresh(for worker: String, within age: Duration) -> PrestageTask? {
         state.withLock { state in
-            guard let next = state.waiting.first, next.since.duration(to: .now) < age else { return nil }
+            let now = ContinuousClock.now
+            guard let next = state.waiting.first, next.since.duration(to: now) < age else { return nil }
             state.waiting.removeFirst()
             state.started[next.task.downloadId] = (worker, next.owner)
+            state.pace.began(worker, at: now)
             return next.task
         }
     }
@@ -348,6 +386,7 @@ final class ClaimedTasks: Sendable {
             guard !state.waiting.isEmpty else { return nil }
             let next = state.waiting.removeFirst()
             state.started[next.task.downloadId] = (worker, next.owner)
+            state.pace.began(worker, at: .now)
             return next
         }
     }
@@ -376,6 +415,40 @@ final class ClaimedTasks: Sendable {
     }
 }
 
+/// How long this process's workers take per task, from being handed a task to asking for the
+/// next (an exponentially weighted mean over every worker), and how many of them are busy: what
+/// `ahead` turns into the number of tasks a claim takes ahead. Short tasks (200 KiB packages on
+/// loopback: ~15 ms) then share a statement among up to `limit`; long ones (seconds) are not held
+/// here while another process's workers could start them.
+struct ClaimPace {
+    /// When each busy worker was handed its task.
+    private var busySince: [String: ContinuousClock.Instant] = [:]
+    /// The mean time per task, once one task is done.
+    private(set) var mean: Duration?
+    /// Tasks taken ahead before any task is done.
+    static let initial = 3
+
+    mutating func asked(by worker: String, at now: ContinuousClock.Instant) {
+        guard let since = busySince.removeValue(forKey: worker) else { return }
+        let sample = since.duration(to: now)
+        mean = mean.map { $0 * 0.75 + sample * 0.25 } ?? sample
+    }
+
+    mutating func began(_ worker: String, at now: ContinuousClock.Instant) {
+        busySince[worker] = now
+    }
+
+    /// As many tasks as the busy workers start in `window` (at least one worker counted),
+    /// between 0 and `limit`; `initial` (within `limit`) until a task is done.
+    func ahead(within window: Duration, limit: Int) -> Int {
+        let limit = max(0, limit)
+        guard let mean else { return min(Self.initial, limit) }
+        guard mean > .zero else { return limit }
+        let tasks = window / mean * Double(max(1, busySince.count))
+        return tasks >= Double(limit) ? limit : max(0, Int(tasks))
+    }
+}
+
 /// Group commit of requests: one batch is processed at a time, and a request made meanwhile
 /// waits for the next batch, which takes every request waiting by then. `process` resumes the
 /// continuation of each request in its batch.
@@ -386,31 +459,62 @@ final class GroupedRequests<Request: Sendable, Value: Sendable>: Sendable {
         var waiting: [Waiter] = []
         /// Whether a batch is being processed (the next request then only waits).
         var running = false
+        /// Whether the next batch goes without gathering (`flush`, an urgent request).
+        var urgent = false
     }
 
     private let state = Mutex(State())
     private let process: @Sendable ([Waiter]) async -> Void
+    /// How long a batch waits for more requests before it is taken (nil: it does not wait).
+    private let gather: Duration?
+    /// Ends a gathering wait early.
+    private let woken = CompletionSignal()
 
-    init(process: @escaping @Sendable ([Waiter]) async -> Void) {
+    init(gather: Duration? = nil, process: @escaping @Sendable ([Waiter]) async -> Void) {
+        self.gather = gather
         self.process = process
     }
 
-    func submit(_ request: Request) async throws -> Value {
+    /// Adds `request` to the next batch; an `urgent` one ends that batch's gathering.
+    func submit(_ request: Request, urgent: Bool = false) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             let start: Bool = state.withLock { state in
                 state.waiting.append((request, continuation))
+                if urgent { state.urgent = true }
                 guard !state.running else { return false }
                 state.running = true
                 return true
             }
-            if start { Task { await drain() } }
+            if start {
+                Task { await drain() }
+            } else if urgent {
+                woken.signal()
+            }
         }
+    }
+
+    /// Requests waiting for a batch (tests).
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+
+    /// Takes the next batch without waiting for more requests.
+    func flush() {
+        state.withLock { $0.urgent = true }
+        woken.signal()
     }
 
     private func drain() async {
         while true {
+            if let gather {
+                let seen = woken.generation
+                if !state.withLock({ $0.urgent }) {
+                    try? await woken.wait(upTo: gather, unlessSignalledSince: seen)
+                }
+            }
             let batch: [Waiter] = state.withLock { state in
-                defer { state.waiting.removeAll() }
+                defer {
+                    state.waiting.removeAll()
+                    state.urgent = false
+                }
                 if state.waiting.isEmpty { state.running = false }
                 return state.waiting
             }
@@ -422,9 +526,10 @@ final class GroupedRequests<Request: Sendable, Value: Sendable>: Sendable {
 
 /// Group claims: one claim statement at a time per process. A worker that asks while one runs
 /// waits for the next, which claims for every worker waiting by then, under the first one's name
-/// (`ClaimedTasks.start` tells `complete` and `renew` whose row it is), plus `extra` tasks for
-/// this process's next idle workers when none waits here already: so at most `extra` tasks wait
-/// unstarted per process, and other processes still share the run. A worker that finds a fresh
+/// (`ClaimedTasks.start` tells `complete` and `renew` whose row it is), plus tasks for this
+/// process's next idle workers when none waits here already (as many as they start in `window`,
+/// at most `extra`): so at most `extra` tasks wait unstarted per process, and other processes
+/// still share the run. A worker that finds a fresh
 /// waiting task takes it without a statement. (One statement per worker that asked while another
 /// ran was 273 claims for 500 tasks; PostgreSQL's CPU per run went with them.)
 final class ClaimBatcher: Sendable {
@@ -432,10 +537,13 @@ final class ClaimBatcher: Sendable {
 
     private let requests: GroupedRequests<String, PrestageTask?>
 
-    init(claimed: ClaimedTasks, completions: CompletionSignal, extra: Int, freshFor: Duration, run: @escaping Claim) {
+    /// `extra`: tasks a statement takes ahead at most, as many as the workers start in `window`.
+    init(claimed: ClaimedTasks, completions: CompletionSignal, extra: Int, window: Duration, freshFor: Duration, run: @escaping Claim) {
         let extra = max(0, extra)
         requests = GroupedRequests { batch in
-            await Self.claim(batch, claimed: claimed, completions: completions, extra: extra, freshFor: freshFor, run: run)
+            await Self.claim(
+                batch, claimed: claimed, completions: completions, extra: claimed.ahead(within: window, limit: extra),
+                freshFor: freshFor, run: run)
         }
     }
 
@@ -477,8 +585,9 @@ final class ClaimBatcher: Sendable {
     }
 }
 
-/// Group commit of outcomes: a `record` that arrives while another statement runs waits for the
-/// next one, which records every outcome waiting by then in one `UPDATE … FROM unnest(…)`.
+/// Group commit of outcomes: a `record` that arrives while another statement runs (or within
+/// `gather` of the first) waits for the next one, which records every outcome waiting by then in
+/// one `UPDATE … FROM unnest(…)`.
 final class RecordBatcher: Sendable {
     struct Record: Sendable {
         var downloadId: String
@@ -491,8 +600,8 @@ final class RecordBatcher: Sendable {
 
     private let requests: GroupedRequests<Record, Bool>
 
-    init(client: PostgresClient, runId: Int64, logger: Logger) {
-        requests = GroupedRequests { batch in
+    init(client: PostgresClient, runId: Int64, gather: Duration? = nil, logger: Logger) {
+        requests = GroupedRequests(gather: gather) { batch in
             do {
                 let recorded = try await Self.write(batch.map(\.request), client: client, runId: runId, logger: logger)
                 for (record, continuation) in batch { continuation.resume(returning: recorded.contains(record.downloadId)) }
@@ -502,9 +611,15 @@ final class RecordBatcher: Sendable {
         }
     }
 
-    /// Records `record`; false when the row is no longer claimed by its worker.
-    func record(_ record: Record) async throws -> Bool {
-        try await requests.submit(record)
+    /// Records `record`; false when the row is no longer claimed by its worker. An `urgent` one
+    /// (its worker waits) ends the gathering of its statement.
+    func record(_ record: Record, urgent: Bool = false) async throws -> Bool {
+        try await requests.submit(record, urgent: urgent)
+    }
+
+    /// Records what waits now, without gathering more.
+    func flush() {
+        requests.flush()
     }
 
     /// One statement for every record; returns the download ids recorded.

@@ -51,6 +51,9 @@ public final class PrestageRunner: Sendable {
         return try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
     }
 
+    /// Packages fetched and checked at once.
+    public var jobs: Int { job.configuration.jobs }
+
     /// The job of this runner over another work queue (a run shared through PostgreSQL).
     public func job(queue: any PrestageWorkQueue) -> PrestageJob {
         job.with(queue: queue)

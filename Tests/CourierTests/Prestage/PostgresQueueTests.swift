@@ -496,3 +496,113 @@ struct CompletionSignalTests {
         #expect(try await query.run(body) == 3)
     }
 }
+
+@Suite("Grouped requests and claim pace")
+struct GroupedRequestsTests {
+    /// The batches a `GroupedRequests` processed, in order.
+    final class Batches: Sendable {
+        let sizes = Mutex<[Int]>([])
+        func add(_ size: Int) { sizes.withLock { $0.append(size) } }
+        var all: [Int] { sizes.withLock { $0 } }
+    }
+
+    static func grouped(gather: Duration?, batches: Batches) -> GroupedRequests<Int, Int> {
+        GroupedRequests(gather: gather) { batch in
+            batches.add(batch.count)
+            for (request, continuation) in batch { continuation.resume(returning: request * 2) }
+        }
+    }
+
+    @Test("requests made while a batch gathers share it, each with its own answer; a lone one waits out the gather")
+    func gatherShares() async throws {
+        let batches = Batches()
+        let grouped = Self.grouped(gather: .seconds(60), batches: batches)
+        let answers = try await withThrowingTaskGroup(of: (Int, Int).self) { group in
+            for request in 0..<10 { group.addTask { (request, try await grouped.submit(request)) } }
+            // Every request waits in the gathering batch (none is answered before the flush).
+            while grouped.waitingCount < 10 { try await Task.sleep(for: .milliseconds(2)) }
+            grouped.flush()
+            return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        }
+        #expect(answers == Dictionary(uniqueKeysWithValues: (0..<10).map { ($0, $0 * 2) }))
+        #expect(batches.all == [10])
+        let short = Self.grouped(gather: .milliseconds(50), batches: batches)
+        let clock = ContinuousClock()
+        let start = clock.now
+        #expect(try await short.submit(7) == 14)
+        #expect(start.duration(to: clock.now) >= .milliseconds(50))
+        #expect(batches.all == [10, 1])
+    }
+
+    @Test("an urgent request and a flush end the gather at once")
+    func urgentAndFlush() async throws {
+        let batches = Batches()
+        let grouped = Self.grouped(gather: .seconds(60), batches: batches)
+        let clock = ContinuousClock()
+        let start = clock.now
+        #expect(try await grouped.submit(1, urgent: true) == 2)
+        // A plain request waits for the gather, unless flushed.
+        let waiting = Task { try await grouped.submit(2) }
+        try await Task.sleep(for: .milliseconds(20))
+        grouped.flush()
+        #expect(try await waiting.value == 4)
+        #expect(start.duration(to: clock.now) < .seconds(30))
+        #expect(batches.all == [1, 1])
+    }
+
+    @Test("without a gather, requests made while a batch runs share the next")
+    func noGather() async throws {
+        let batches = Batches()
+        let release = Mutex(false)
+        let grouped = GroupedRequests<Int, Int>(gather: nil) { batch in
+            batches.add(batch.count)
+            // The first batch lasts until the others are waiting.
+            if batches.all.count == 1 {
+                while !release.withLock({ $0 }) { try? await Task.sleep(for: .milliseconds(2)) }
+            }
+            for (request, continuation) in batch { continuation.resume(returning: request) }
+        }
+        let first = Task { try await grouped.submit(0) }
+        while batches.all.isEmpty { try await Task.sleep(for: .milliseconds(1)) }
+        let others = (1...5).map { request in Task { try await grouped.submit(request) } }
+        while grouped.waitingCount < 5 { try await Task.sleep(for: .milliseconds(2)) }
+        release.withLock { $0 = true }
+        #expect(try await first.value == 0)
+        for (index, other) in others.enumerated() { #expect(try await other.value == index + 1) }
+        // All five waited while the first batch ran: they share the next one.
+        #expect(batches.all == [1, 5])
+    }
+
+    @Test("claims take ahead as many tasks as the busy workers start within the window, within the limit")
+    func claimPace() {
+        var pace = ClaimPace()
+        let start = ContinuousClock.now
+        // Nothing done yet: the initial number, within the limit.
+        #expect(pace.ahead(within: .milliseconds(50), limit: 15) == ClaimPace.initial)
+        #expect(pace.ahead(within: .milliseconds(50), limit: 1) == 1)
+        // Four workers, 10 ms per task: 20 tasks start in 50 ms, capped at the limit.
+        for worker in 0..<4 { pace.began("w\(worker)", at: start) }
+        for worker in 0..<4 { pace.asked(by: "w\(worker)", at: start + .milliseconds(10)) }
+        #expect(pace.mean == .milliseconds(10))
+        for worker in 0..<4 { pace.began("w\(worker)", at: start + .milliseconds(10)) }
+        #expect(pace.ahead(within: .milliseconds(50), limit: 15) == 15)
+        #expect(pace.ahead(within: .milliseconds(20), limit: 15) == 8)
+        // Long tasks (2 s, weighted in over a few): none taken ahead.
+        var now = start + .milliseconds(10)
+        for _ in 0..<20 {
+            now += .seconds(2)
+            for worker in 0..<4 {
+                pace.asked(by: "w\(worker)", at: now)
+                pace.began("w\(worker)", at: now)
+            }
+        }
+        #expect(pace.ahead(within: .milliseconds(50), limit: 15) == 0)
+        // A worker that asked and got nothing is not busy, and its idle time is no sample.
+        let mean = pace.mean
+        pace.asked(by: "w0", at: now + .seconds(1))
+        #expect(pace.mean != mean)  // its last task (1 s) counts once, its idle time not at all
+        let after = pace.mean
+        pace.asked(by: "w0", at: now + .seconds(200))
+        #expect(pace.mean == after)
+    }
+}
