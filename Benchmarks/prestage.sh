@@ -159,12 +159,15 @@ if [ -n "${BEFORE_BIN:-}" ]; then
     --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-before-queue'"
     -n "before prestage --queue --jobs 16" "$BEFORE_BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-before-queue --jobs 16 --json --queue $PG_URL")
 fi
+COURIER=(--prepare "$CLEAR $WORK/out-courier"
+  -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json"
+  --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-queue'"
+  -n "courier prestage --queue --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue --jobs 16 --json --queue $PG_URL")
 for round in $(seq 0 "${RUNS:-5}"); do
-hyperfine -N --runs 1 --export-json "$WORK/prestage-$round.json" "${BEFORE[@]}" \
-  --prepare "$CLEAR $WORK/out-courier" \
-  -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json" \
-  --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-queue'" \
-  -n "courier prestage --queue --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-queue --jobs 16 --json --queue $PG_URL" \
+# The build and BEFORE_BIN's take turns going first: the first command of a round measured up
+# to 15% slower than the same build second (a before/after pair of one build differed that much).
+if [ $((round % 2)) = 0 ]; then FIRST=("${COURIER[@]}" "${BEFORE[@]}"); else FIRST=("${BEFORE[@]}" "${COURIER[@]}"); fi
+hyperfine -N --runs 1 --export-json "$WORK/prestage-$round.json" "${FIRST[@]}" \
   --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-queue3'" \
   -n "courier prestage --queue, 3 workers" "$QUEUE3" \
   --prepare "$CLEAR $WORK/out-aria2 mkdir" \

@@ -213,19 +213,26 @@ struct RunTable: Sendable {
         return (runId, try PrestagePlan.decode(Data(document.utf8)))
     }
 
-    /// Inserts a run and its tasks in one transaction; returns its id.
+    /// Inserts a run and its tasks in one statement (one transaction); returns its id.
     func insert(_ key: String, plan: PrestagePlan) async throws -> Int64 {
+        // The tasks' rows are encoded beside the plan (each a few milliseconds for 500 tasks).
+        async let encodedRows = PostgresWorkQueue.TaskRows(plan.tasks)
         let document = String(decoding: try plan.encoded(), as: UTF8.self)
+        let rows = try await encodedRows
         return try await perform("cannot insert the run in PostgreSQL") {
-            try await client.withTransaction(logger: logger) { connection in
-                let rows = try await connection.query(
-                    "INSERT INTO prestage_run (run_key, plan) VALUES (\(key), \(document)::jsonb) RETURNING run_id", logger: logger)
-                var inserted: Int64?
-                for try await id in rows.decode(Int64.self) { inserted = id }
-                guard let runId = inserted else { throw CourierError(.internal, "PostgreSQL returned no run id") }
-                try await connection.query(try PostgresWorkQueue.insertQuery(runId: runId, tasks: plan.tasks), logger: logger)
-                return runId
-            }
+            // One statement (its own transaction): the run, then its tasks, which name its id.
+            let inserted = try await client.query(
+                """
+                WITH run AS (
+                    INSERT INTO prestage_run (run_key, plan) VALUES (\(key), \(document)::jsonb) RETURNING run_id),
+                tasks AS (
+                    INSERT INTO prestage_task (run_id, download_id, content_identifier, task)
+                    SELECT run.run_id, d, c, t::jsonb
+                    FROM run, unnest(\(rows.ids)::text[], \(rows.identifiers)::text[], \(rows.documents)::text[]) AS x(d, c, t))
+                SELECT run_id FROM run
+                """, logger: logger)
+            for try await id in inserted.decode(Int64.self) { return id }
+            throw CourierError(.internal, "PostgreSQL returned no run id")
         }
     }
 

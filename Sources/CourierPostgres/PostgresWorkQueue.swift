@@ -52,6 +52,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     let claims: ClaimBatcher
     /// The progress query idle workers (`awaitWork`) share.
     let progressQuery = CoalescedQuery<(open: Int, claimable: Int)>()
+    /// The `staged` outcomes this process recorded, so `outcomes` need not read them back.
+    let stagedHere = StagedOutcomes()
 
     public init(
         client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
@@ -100,25 +102,37 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
 
     /// Inserts `tasks` into run `runId`, skipping any already there (same `downloadId`).
     static func insertQuery(runId: Int64, tasks: [PrestageTask]) throws -> PostgresQuery {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        var ids: [String] = []
-        var identifiers: [String] = []
-        var documents: [String] = []
-        for task in tasks {
-            ids.append(task.downloadId)
-            identifiers.append(task.contentIdentifier)
-            do {
-                documents.append(String(decoding: try encoder.encode(task), as: UTF8.self))
-            } catch {
-                throw CourierError(.internal, "cannot encode a pre-staging task", cause: "\(error)")
-            }
-        }
+        let rows = try TaskRows(tasks)
         return """
             INSERT INTO prestage_task (run_id, download_id, content_identifier, task)
-            SELECT \(runId), d, c, t::jsonb FROM unnest(\(ids)::text[], \(identifiers)::text[], \(documents)::text[]) AS x(d, c, t)
+            SELECT \(runId), d, c, t::jsonb FROM unnest(\(rows.ids)::text[], \(rows.identifiers)::text[], \(rows.documents)::text[]) AS x(d, c, t)
             ON CONFLICT (run_id, download_id) DO NOTHING
             """
+    }
+
+    /// The columns of `prestage_task` rows for `tasks`, one array each (`unnest` makes the rows).
+    struct TaskRows: Sendable {
+        var ids: [String] = []
+        var identifiers: [String] = []
+        /// Each task as JSON.
+        var documents: [String] = []
+
+        init(_ tasks: [PrestageTask]) throws {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            ids.reserveCapacity(tasks.count)
+            identifiers.reserveCapacity(tasks.count)
+            documents.reserveCapacity(tasks.count)
+            for task in tasks {
+                ids.append(task.downloadId)
+                identifiers.append(task.contentIdentifier)
+                do {
+                    documents.append(String(decoding: try encoder.encode(task), as: UTF8.self))
+                } catch {
+                    throw CourierError(.internal, "cannot encode a pre-staging task", cause: "\(error)")
+                }
+            }
+        }
     }
 
     public func claim(worker: String) async throws -> PrestageTask? {
@@ -216,7 +230,9 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
             // A failure's worker waits for its record: no gather.
             let record = RecordBatcher.Record(
                 downloadId: task.downloadId, worker: owner, state: staged ? "staged" : "failed", outcome: document)
-            return try await records.record(record, urgent: !staged)
+            let recorded = try await records.record(record, urgent: !staged)
+            if recorded && staged { stagedHere.add(task.contentIdentifier, outcome, owner: owner) }
+            return recorded
         } catch {
             throw PostgresErrors.wrap(error, "cannot record a pre-staging outcome in PostgreSQL")
         }
@@ -274,22 +290,51 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         }
     }
 
+    /// Every recorded outcome of the run. A `staged` row this process recorded (its worker is one
+    /// of this process's names, and only its own record could set that state under that name)
+    /// comes back as its identifier alone, its outcome taken from `stagedHere`: in a run of one
+    /// process, no outcome is read back and decoded. Failures are always read (another process's
+    /// `progress` may fail a task whose lease this process lost).
     public func outcomes() async throws -> [String: PrestageOutcome] {
-        try await perform("cannot read the run's outcomes in PostgreSQL") {
+        let (local, owners) = stagedHere.snapshot()
+        return try await perform("cannot read the run's outcomes in PostgreSQL") {
             let rows = try await client.query(
                 """
-                SELECT content_identifier, outcome::text FROM prestage_task
+                SELECT content_identifier,
+                       CASE WHEN state = 'staged' AND worker = ANY(\(owners)::text[]) THEN NULL ELSE outcome::text END
+                FROM prestage_task
                 WHERE run_id = \(runId) AND state IN ('staged', 'failed') AND outcome IS NOT NULL
                 """, logger: logger)
             var result: [String: PrestageOutcome] = [:]
-            for try await (identifier, document) in rows.decode((String, String).self) {
-                do {
-                    result[identifier] = try JSONDecoder().decode(PrestageOutcome.self, from: Data(document.utf8))
-                } catch {
-                    throw CourierError(.integrity, "a recorded pre-staging outcome cannot be read", cause: "\(error)")
+            var missing: [String] = []
+            let decoder = JSONDecoder()
+            for try await (identifier, document) in rows.decode((String, String?).self) {
+                guard let document else {
+                    if let outcome = local[identifier] { result[identifier] = outcome } else { missing.append(identifier) }
+                    continue
+                }
+                result[identifier] = try Self.decode(document, decoder: decoder)
+            }
+            // Not expected (every such row was recorded here); read them rather than guess.
+            if !missing.isEmpty {
+                let rows = try await client.query(
+                    """
+                    SELECT content_identifier, outcome::text FROM prestage_task
+                    WHERE run_id = \(runId) AND content_identifier = ANY(\(missing)::text[]) AND outcome IS NOT NULL
+                    """, logger: logger)
+                for try await (identifier, document) in rows.decode((String, String).self) {
+                    result[identifier] = try Self.decode(document, decoder: decoder)
                 }
             }
             return result
+        }
+    }
+
+    static func decode(_ document: String, decoder: JSONDecoder) throws -> PrestageOutcome {
+        do {
+            return try decoder.decode(PrestageOutcome.self, from: Data(document.utf8))
+        } catch {
+            throw CourierError(.integrity, "a recorded pre-staging outcome cannot be read", cause: "\(error)")
         }
     }
 
@@ -316,6 +361,28 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         } catch {
             throw PostgresErrors.wrap(error, message)
         }
+    }
+}
+
+/// The `staged` outcomes this process's workers recorded, by content identifier, and the names
+/// their rows hold.
+final class StagedOutcomes: Sendable {
+    private struct State {
+        var outcomes: [String: PrestageOutcome] = [:]
+        var owners = Set<String>()
+    }
+
+    private let state = Mutex(State())
+
+    func add(_ contentIdentifier: String, _ outcome: PrestageOutcome, owner: String) {
+        state.withLock {
+            $0.outcomes[contentIdentifier] = outcome
+            $0.owners.insert(owner)
+        }
+    }
+
+    func snapshot() -> (outcomes: [String: PrestageOutcome], owners: [String]) {
+        state.withLock { ($0.outcomes, $0.owners.sorted()) }
     }
 }
 

@@ -146,6 +146,49 @@ struct PostgresQueueTests {
         }
     }
 
+    @Test("outcomes: staged ones recorded here come from memory, the rest (another process's, failures, strays) from the table")
+    func outcomesReadBack() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            let runId = try await Self.newRun(client)
+            // Two processes on one run: each its own queue object and worker names.
+            let here = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            let there = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            try await here.enqueue((50..<55).map(queueTask))
+            let a = try #require(try await here.claim(worker: "here-1"))
+            let b = try #require(try await here.claim(worker: "here-2"))
+            let c = try #require(try await there.claim(worker: "there-1"))
+            let d = try #require(try await there.claim(worker: "there-2"))
+            #expect(try await here.complete(a, worker: "here-1", outcome: .staged(bytesFetched: 1, unpackedLength: 2)))
+            #expect(try await here.complete(b, worker: "here-2", outcome: .failed(CourierError(.integrity, "bad here"))))
+            #expect(try await there.complete(c, worker: "there-1", outcome: .staged(bytesFetched: 3, unpackedLength: nil)))
+            #expect(try await there.complete(d, worker: "there-2", outcome: .failed(CourierError(.network, "bad there"))))
+            // A staged row under this process's name that it did not record (not expected): read, not guessed.
+            let e = try #require(try await here.claim(worker: "here-1"))
+            try server.psql(
+                """
+                UPDATE prestage_task SET state = 'staged', outcome = '{"status": "staged", "bytesFetched": 5}'
+                WHERE download_id = '\(e.downloadId)'
+                """)
+            let expected: [String: PrestageOutcome] = [
+                a.contentIdentifier: .staged(bytesFetched: 1, unpackedLength: 2),
+                b.contentIdentifier: .failed(CourierError(.integrity, "bad here")),
+                c.contentIdentifier: .staged(bytesFetched: 3, unpackedLength: nil),
+                d.contentIdentifier: .failed(CourierError(.network, "bad there")),
+                e.contentIdentifier: .staged(bytesFetched: 5, unpackedLength: nil),
+            ]
+            #expect(try await here.outcomes() == expected)
+            #expect(try await there.outcomes() == expected)
+            // What this process recorded as staged is not read back: its row comes without an outcome.
+            let owners = here.stagedHere.snapshot().owners
+            #expect(owners == ["here-1"])
+            try server.psql("UPDATE prestage_task SET outcome = '{}' WHERE download_id = '\(a.downloadId)'")
+            #expect(try await here.outcomes()[a.contentIdentifier] == .staged(bytesFetched: 1, unpackedLength: 2))
+            await #expect(throws: CourierError.self) { _ = try await there.outcomes() }
+        }
+    }
+
     @Test("workers that claim at once share statements: distinct tasks, each renewed and recorded as its worker")
     func groupClaims() async throws {
         let server = try PostgresServer()
