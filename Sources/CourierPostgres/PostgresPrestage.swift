@@ -120,7 +120,7 @@ public struct PostgresPrestage: Sendable {
                 open = (runId, plan)
             }
             guard let (runId, plan) = open else { continue }
-            let queue = queue(client, runId: runId)
+            let queue = queue(client, runId: runId, tasks: plan.tasks)
             let job = runner.job(queue: queue)
             try await job.work(tasks: plan.tasks.count, events: events)
             // An interrupted process's batch may hold tasks no worker started.
@@ -160,10 +160,10 @@ public struct PostgresPrestage: Sendable {
     var claimBatch: Int { max(4, runner.jobs) }
     static let recordGather = Duration.milliseconds(10)
 
-    private func queue(_ client: PostgresClient, runId: Int64) -> PostgresWorkQueue {
+    private func queue(_ client: PostgresClient, runId: Int64, tasks: [PrestageTask]) -> PostgresWorkQueue {
         PostgresWorkQueue(
             client: client, runId: runId, lease: lease, pollInterval: pollInterval, claimBatch: claimBatch,
-            recordGather: Self.recordGather, logger: logger)
+            recordGather: Self.recordGather, tasks: tasks, logger: logger)
     }
 
     private func pause() async throws {

@@ -54,12 +54,16 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
     let progressQuery = CoalescedQuery<(open: Int, claimable: Int)>()
     /// The `staged` outcomes this process recorded, so `outcomes` need not read them back.
     let stagedHere = StagedOutcomes()
+    /// The run's tasks this process knows (its plan's), by download id: a claim returns ids.
+    let known: KnownTasks
 
     public init(
         client: PostgresClient, runId: Int64, lease: Duration = .seconds(120), maxAttempts: Int = 5,
         pollInterval: Duration = .milliseconds(250), claimBatch: Int = 1, prefetchWindow: Duration = .milliseconds(50),
-        recordGather: Duration? = nil, logger: Logger
+        recordGather: Duration? = nil, tasks: [PrestageTask] = [], logger: Logger
     ) {
+        let known = KnownTasks(tasks)
+        self.known = known
         self.client = client
         self.runId = runId
         self.lease = lease
@@ -74,7 +78,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         self.claims = ClaimBatcher(
             claimed: claimed, completions: completions, extra: self.claimBatch - 1, window: prefetchWindow, freshFor: lease / 3
         ) { [client, logger] owner, limit in
-            try await Self.claim(client: client, statement: statement, owner: owner, limit: limit, logger: logger)
+            try await Self.claim(client: client, statement: statement, owner: owner, limit: limit, known: known, logger: logger)
         }
     }
 
@@ -94,6 +98,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
 
     public func enqueue(_ tasks: [PrestageTask]) async throws {
         guard !tasks.isEmpty else { return }
+        known.add(tasks)
         let query = try Self.insertQuery(runId: runId, tasks: tasks)
         try await perform("cannot queue the run's tasks in PostgreSQL") {
             try await client.query(query, logger: logger)
@@ -155,25 +160,44 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         return try await perform("cannot claim a pre-staging task in PostgreSQL") { try await claims.claim(worker: worker) }
     }
 
-    /// One claim statement: up to `limit` tasks under `owner`'s name.
+    /// One claim statement: up to `limit` tasks under `owner`'s name. The statement returns
+    /// download ids, their tasks come from `known` (the plan every process of the run holds);
+    /// one this process does not know is read from its row.
     static func claim(
-        client: PostgresClient, statement: ClaimStatement.Settings, owner: String, limit: Int, logger: Logger
+        client: PostgresClient, statement: ClaimStatement.Settings, owner: String, limit: Int, known: KnownTasks, logger: Logger
     ) async throws -> [PrestageTask] {
         let rows = try await client.execute(ClaimStatement(settings: statement, limit: limit, worker: owner), logger: logger)
-        var tasks: [PrestageTask] = []
-        let decoder = JSONDecoder()
-        for try await (document, previous) in rows {
+        var ids: [String] = []
+        for try await (id, previous) in rows {
             if previous == "claimed" {
                 PrestageMetrics.leaseExpiries.increment()
                 logger.notice("took over a pre-staging task whose lease expired", metadata: ["worker": "\(owner)"])
             }
-            do {
-                tasks.append(try decoder.decode(PrestageTask.self, from: Data(document.utf8)))
-            } catch {
-                throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
-            }
+            ids.append(id)
         }
-        return tasks
+        var found = known.tasks(ids)
+        let unknown = ids.filter { found[$0] == nil }
+        if !unknown.isEmpty {
+            let rows = try await client.query(
+                """
+                SELECT download_id, task::text FROM prestage_task
+                WHERE run_id = \(statement.runId) AND download_id = ANY(\(unknown)::text[])
+                """, logger: logger)
+            let decoder = JSONDecoder()
+            var read: [PrestageTask] = []
+            for try await (id, document) in rows.decode((String, String).self) {
+                do {
+                    let task = try decoder.decode(PrestageTask.self, from: Data(document.utf8))
+                    guard task.downloadId == id else { throw CourierError(.integrity, "the row of \(id) holds the task of \(task.downloadId)") }
+                    read.append(task)
+                } catch {
+                    throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
+                }
+            }
+            known.add(read)
+            for task in read { found[task.downloadId] = task }
+        }
+        return ids.compactMap { found[$0] }
     }
 
     /// Hands back the tasks a batch claimed that no worker of this process started (waiting
@@ -360,6 +384,31 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
             return try await body()
         } catch {
             throw PostgresErrors.wrap(error, message)
+        }
+    }
+}
+
+/// The run's tasks by download id, as this process knows them (its plan, what it queued, what
+/// it read from a row).
+final class KnownTasks: Sendable {
+    private let tasks = Mutex<[String: PrestageTask]>([:])
+
+    init(_ tasks: [PrestageTask]) {
+        add(tasks)
+    }
+
+    func add(_ added: [PrestageTask]) {
+        tasks.withLock { tasks in
+            for task in added { tasks[task.downloadId] = task }
+        }
+    }
+
+    /// The known tasks among `ids`.
+    func tasks(_ ids: [String]) -> [String: PrestageTask] {
+        tasks.withLock { tasks in
+            var found: [String: PrestageTask] = [:]
+            for id in ids { found[id] = tasks[id] }
+            return found
         }
     }
 }
@@ -724,7 +773,7 @@ struct ClaimStatement: PostgresPreparedStatement {
             lease_expires_at = now() + make_interval(secs => $5)
         FROM next, \(PostgresWorkQueue.asynchronousCommit)
         WHERE t.run_id = $1 AND t.download_id = next.download_id
-        RETURNING t.task::text, next.previous
+        RETURNING t.download_id, next.previous
         """
     typealias Row = (String, String)
 

@@ -146,6 +146,30 @@ struct PostgresQueueTests {
         }
     }
 
+    @Test("a claim hands over the plan's task; a task the process does not know is read from its row")
+    func claimKnownTasks() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            let runId = try await Self.newRun(client)
+            let tasks = (60..<63).map(queueTask)
+            try await PostgresWorkQueue(client: client, runId: runId, logger: Self.logger).enqueue(tasks)
+            // The rows' copies are damaged: a process that knows the plan never reads them...
+            try server.psql("UPDATE prestage_task SET task = '{\"damaged\": true}'")
+            let planned = PostgresWorkQueue(client: client, runId: runId, tasks: tasks, logger: Self.logger)
+            let first = try #require(try await planned.claim(worker: "p"))
+            #expect(tasks.contains(first))
+            // ...one that does not reads the row, and refuses what it cannot read.
+            let stranger = PostgresWorkQueue(client: client, runId: runId, logger: Self.logger)
+            await #expect(throws: CourierError.self) { _ = try await stranger.claim(worker: "s") }
+            let second = try #require(tasks.first { $0.downloadId != first.downloadId })
+            let encoded = String(decoding: try JSONEncoder().encode(second), as: UTF8.self)
+            try server.psql("UPDATE prestage_task SET task = '\(encoded)', state = 'waiting', attempts = 0 WHERE download_id = '\(second.downloadId)'")
+            try server.psql("UPDATE prestage_task SET state = 'staged' WHERE download_id NOT IN ('\(first.downloadId)', '\(second.downloadId)')")
+            #expect(try await stranger.claim(worker: "s") == second)
+        }
+    }
+
     @Test("outcomes: staged ones recorded here come from memory, the rest (another process's, failures, strays) from the table")
     func outcomesReadBack() async throws {
         let server = try PostgresServer()
