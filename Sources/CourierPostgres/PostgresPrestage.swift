@@ -2,6 +2,7 @@ import Courier
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// `courier prestage --queue postgresql://…`: one pre-staging run shared by every process that
 /// runs the same command against the same database and staging tree (docs/scaling.md).
@@ -17,6 +18,11 @@ import PostgresNIO
 /// - Then the coordinator (or, if it died, the process that takes the lock next) publishes the
 ///   catalog from the recorded outcomes, once, and marks the run published. The others wait for
 ///   that and end with the same summary: exit 0, or 1 naming the packages that failed.
+///
+/// A process waiting for another (planning, or publishing) is woken by PostgreSQL notifications
+/// (`RunNews`: LISTEN on the lock's connection; a run inserted, a run published, a coordinator
+/// leaving) and looks again every `pollInterval` whatever it heard (a coordinator killed sends
+/// nothing).
 ///
 /// A process interrupted by SIGINT/SIGTERM hands its claimed tasks back and ends `paused` (7);
 /// the run goes on with the others.
@@ -80,39 +86,47 @@ public struct PostgresPrestage: Sendable {
         } catch {
             throw PostgresErrors.wrap(error, "cannot connect to PostgreSQL at \(url)")
         }
+        let news = await RunNews.listen(on: lock, logger: logger)
         do {
             let summary = try await coordinate(
-                client: client, lock: lock, catalog: location, relativeTo: base, products: products, runKey: runKey,
-                events: events)
+                client: client, lock: lock, news: news, catalog: location, relativeTo: base, products: products,
+                runKey: runKey, events: events)
+            news.stop()
             try? await lock.close()
             return summary
         } catch {
+            news.stop()
             try? await lock.close()
             throw error
         }
     }
 
     private func coordinate(
-        client: PostgresClient, lock: PostgresConnection, catalog location: String, relativeTo base: URL,
+        client: PostgresClient, lock: PostgresConnection, news: RunNews, catalog location: String, relativeTo base: URL,
         products: Set<String>?, runKey: String, events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> PrestageSummary {
         let runs = RunTable(client: client, logger: logger)
         var coordinator = false
         while true {
             try checkInterrupted()
+            // Anything heard from now on wakes the wait below at once.
+            let seen = news.generation
             if !coordinator { coordinator = try await runs.tryLock(runKey, on: lock) }
             var open = try await runs.openRun(runKey)
             if open == nil {
                 guard coordinator else {
-                    // Another process is planning (or just finished a run): look again shortly.
-                    try await pause()
+                    // Another process is planning (or just finished a run): look again when it
+                    // inserts its run or leaves.
+                    try await pause(news, since: seen)
                     continue
                 }
                 let plan = try await runner.plan(catalog: location, relativeTo: base, products: products)
                 if plan.tasks.isEmpty {
                     events(PrestageJob.plannedEvent(plan))
                     logger.debug("nothing new to stage; no run inserted")
-                    return try runner.job(queue: LocalWorkQueue()).publish(plan, outcomes: [:], events: events)
+                    let summary = try runner.job(queue: LocalWorkQueue()).publish(plan, outcomes: [:], events: events)
+                    await runs.release(runKey, on: lock)
+                    return summary
                 }
                 let runId = try await runs.insert(runKey, plan: plan)
                 events(PrestageJob.plannedEvent(plan))
@@ -121,6 +135,8 @@ public struct PostgresPrestage: Sendable {
             }
             guard let (runId, plan) = open else { continue }
             let queue = queue(client, runId: runId, tasks: plan.tasks)
+            // News (another process's last record) wakes this process's idle workers too.
+            news.forward(to: queue.completions)
             let job = runner.job(queue: queue)
             try await job.work(tasks: plan.tasks.count, events: events)
             // An interrupted process's batch may hold tasks no worker started.
@@ -128,6 +144,7 @@ public struct PostgresPrestage: Sendable {
             try checkInterrupted()
             // Every task is staged or failed; the catalog is published once, by the coordinator.
             while true {
+                let seen = news.generation
                 if !coordinator {
                     if try await runs.isPublished(runId) {
                         return PrestageJob.summarize(plan, outcomes: try await queue.outcomes()).summary
@@ -144,10 +161,12 @@ public struct PostgresPrestage: Sendable {
                     } catch {
                         logger.warning("cannot remove old published runs", metadata: ["error": "\(error)"])
                     }
+                    await runs.release(runKey, on: lock)
                     return summary
                 }
                 try checkInterrupted()
-                try await pause()
+                // The coordinator publishes: look again when it has (or when it leaves).
+                try await pause(news, since: seen)
             }
         }
     }
@@ -166,9 +185,10 @@ public struct PostgresPrestage: Sendable {
             recordGather: Self.recordGather, tasks: tasks, logger: logger)
     }
 
-    private func pause() async throws {
+    /// Waits for news heard since `generation`, for `pollInterval` at most.
+    private func pause(_ news: RunNews, since generation: UInt64) async throws {
         do {
-            try await Task.sleep(for: pollInterval)
+            try await news.signal.wait(upTo: pollInterval, unlessSignalledSince: generation)
         } catch {
             try checkInterrupted()
         }
@@ -228,8 +248,9 @@ struct RunTable: Sendable {
                 tasks AS (
                     INSERT INTO prestage_task (run_id, download_id, content_identifier, task)
                     SELECT run.run_id, d, c, t::jsonb
-                    FROM run, unnest(\(rows.ids)::text[], \(rows.identifiers)::text[], \(rows.documents)::text[]) AS x(d, c, t))
-                SELECT run_id FROM run
+                    FROM run, unnest(\(rows.ids)::text[], \(rows.identifiers)::text[], \(rows.documents)::text[]) AS x(d, c, t)),
+                news AS (SELECT pg_notify(\(RunNews.channel), 'inserted'))
+                SELECT run_id FROM run, news
                 """, logger: logger)
             for try await id in inserted.decode(Int64.self) { return id }
             throw CourierError(.internal, "PostgreSQL returned no run id")
@@ -255,11 +276,28 @@ struct RunTable: Sendable {
     /// How long a published run and its tasks are kept (a constant SQL interval).
     static let retention = "interval '7 days'"
 
+    /// Marks run `runId` published, and tells the processes waiting for it (`RunNews`).
     func markPublished(_ runId: Int64) async throws {
         try await perform("cannot mark the run published in PostgreSQL") {
             try await client.query(
-                "UPDATE prestage_run SET state = 'published', published_at = now() WHERE run_id = \(runId) AND state = 'running'",
-                logger: logger)
+                """
+                WITH published AS (
+                    UPDATE prestage_run SET state = 'published', published_at = now()
+                    WHERE run_id = \(runId) AND state = 'running' RETURNING run_id)
+                SELECT pg_notify(\(RunNews.channel), 'published') FROM published
+                """, logger: logger)
+        }
+    }
+
+    /// Gives the coordinator's lock up and tells the processes waiting for it (`RunNews`), so one
+    /// of them takes it at once rather than when this connection closes and it next looks.
+    /// A failure only leaves that to the connection's close.
+    func release(_ key: String, on connection: PostgresConnection) async {
+        do {
+            try await connection.query(
+                "SELECT pg_advisory_unlock(hashtextextended(\(key), 0)), pg_notify(\(RunNews.channel), 'released')", logger: logger)
+        } catch {
+            logger.debug("cannot release the coordinator's lock", metadata: ["error": "\(error)"])
         }
     }
 
@@ -278,5 +316,60 @@ struct RunTable: Sendable {
         } catch {
             throw PostgresErrors.wrap(error, message)
         }
+    }
+}
+
+/// What other processes did to runs, heard on one connection: `LISTEN courier_prestage`, which
+/// `RunTable` notifies when it inserts a run, publishes one, or gives the coordinator's lock up,
+/// and `RecordStatement` when it records the last open tasks of a run. Every notification wakes
+/// every waiting process of every run of the database (each then looks at its own run: one
+/// query).
+final class RunNews: Sendable {
+    static let channel = "courier_prestage"
+
+    /// Signalled at each notification.
+    let signal = CompletionSignal()
+    private let listener = Mutex<Task<Void, Never>?>(nil)
+    /// Signalled too (the idle workers of the run this process works on).
+    private let forward = Mutex<CompletionSignal?>(nil)
+
+    /// Notifications heard so far (for `CompletionSignal.wait(upTo:unlessSignalledSince:)`).
+    var generation: UInt64 { signal.generation }
+
+    /// Starts listening on `connection`; returns once PostgreSQL confirmed the LISTEN, or it
+    /// failed (waits then end at their timeout only).
+    static func listen(on connection: PostgresConnection, logger: Logger) async -> RunNews {
+        let news = RunNews()
+        let ready = CompletionSignal()
+        let seen = ready.generation
+        let task = Task {
+            do {
+                try await connection.listen(on: channel) { notifications in
+                    ready.signal()
+                    for try await _ in notifications { news.heard() }
+                }
+            } catch where !Task.isCancelled {
+                logger.debug("cannot listen for other processes' runs", metadata: ["error": "\(error)"])
+            } catch {}
+            ready.signal()
+        }
+        news.listener.withLock { $0 = task }
+        try? await ready.wait(upTo: .seconds(10), unlessSignalledSince: seen)
+        return news
+    }
+
+    /// Also signals `other` at each notification from now on (instead of the previous one).
+    func forward(to other: CompletionSignal) {
+        forward.withLock { $0 = other }
+    }
+
+    private func heard() {
+        signal.signal()
+        forward.withLock { $0 }?.signal()
+    }
+
+    /// Stops listening.
+    func stop() {
+        listener.withLock { $0?.cancel() }
     }
 }

@@ -804,13 +804,24 @@ struct ClaimStatement: PostgresPreparedStatement {
 }
 
 /// The grouped record of `RecordBatcher`, prepared once per connection. Returns the download ids
-/// recorded (rows still claimed by the record's worker).
+/// recorded (rows still claimed by the record's worker). When no other task of the run is left
+/// open, it tells the processes waiting for the run to end (`RunNews`, "done"): their idle
+/// workers would otherwise see it at their next poll. (Two processes recording their last
+/// tasks at the same moment may each see the other's as open: then the poll sees it.)
 struct RecordStatement: PostgresPreparedStatement {
     static let sql = """
-        UPDATE prestage_task AS t SET state = x.s, outcome = x.o::jsonb, lease_expires_at = NULL
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS x(d, w, s, o), \(PostgresWorkQueue.asynchronousCommit)
-        WHERE t.run_id = $5 AND t.download_id = x.d AND t.state = 'claimed' AND t.worker = x.w
-        RETURNING t.download_id
+        WITH recorded AS (
+            UPDATE prestage_task AS t SET state = x.s, outcome = x.o::jsonb, lease_expires_at = NULL
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS x(d, w, s, o), \(PostgresWorkQueue.asynchronousCommit)
+            WHERE t.run_id = $5 AND t.download_id = x.d AND t.state = 'claimed' AND t.worker = x.w
+            RETURNING t.download_id),
+        news AS (
+            SELECT pg_notify('\(RunNews.channel)', 'done') AS sent
+            WHERE EXISTS (SELECT 1 FROM recorded)
+              AND NOT EXISTS (
+                  SELECT 1 FROM prestage_task
+                  WHERE run_id = $5 AND state IN ('waiting', 'claimed') AND download_id <> ALL($1::text[])))
+        SELECT recorded.download_id FROM recorded LEFT JOIN news ON true
         """
     typealias Row = String
 

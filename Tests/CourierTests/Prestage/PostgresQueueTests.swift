@@ -146,6 +146,64 @@ struct PostgresQueueTests {
         }
     }
 
+    @Test("news: a run inserted, a run published and a lock given up wake a listening process; the lock is free at once")
+    func runNews() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            try await PostgresSchema.migrate(client, logger: Self.logger)
+            let configuration = try PostgresURL(parsing: server.url).connectionConfiguration
+            let waiting = try await PostgresConnection.connect(configuration: configuration, id: 7, logger: Self.logger)
+            let coordinating = try await PostgresConnection.connect(configuration: configuration, id: 8, logger: Self.logger)
+            let news = await RunNews.listen(on: waiting, logger: Self.logger)
+            let runs = RunTable(client: client, logger: Self.logger)
+            // Waits up to 30 s (a poll interval far longer than a notification takes) for news since `seen`.
+            func heard(since seen: UInt64) async throws -> Bool {
+                try await news.signal.wait(upTo: .seconds(30), unlessSignalledSince: seen)
+                return news.generation != seen
+            }
+            let task = String(decoding: try JSONEncoder().encode(queueTask(70)), as: UTF8.self)
+            let plan = try PrestagePlan.decode(Data(
+                #"{"tasks": [\#(task)], "unchanged": [], "refused": [], "upstream": {"bundleId": "com.example.app", "products": []}}"#.utf8))
+            var seen = news.generation
+            let runId = try await runs.insert("news", plan: plan)
+            #expect(try await heard(since: seen))
+            #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE run_id = \(runId)") == "1")
+            seen = news.generation
+            try await runs.markPublished(runId)
+            #expect(try await heard(since: seen))
+            #expect(try await runs.isPublished(runId))
+            // The coordinator's lock, given up: free for the waiting process as soon as it hears.
+            #expect(try await runs.tryLock("news", on: coordinating))
+            #expect(try await runs.tryLock("news", on: waiting) == false)
+            seen = news.generation
+            await runs.release("news", on: coordinating)
+            #expect(try await heard(since: seen))
+            #expect(try await runs.tryLock("news", on: waiting))
+            // The last open tasks of a run recorded: the waiting process hears it, its idle workers too.
+            let queue = PostgresWorkQueue(client: client, runId: runId, logger: Self.logger)
+            try await queue.enqueue((71..<73).map(queueTask))
+            let idle = CompletionSignal()
+            news.forward(to: idle)
+            let first = try #require(try await queue.claim(worker: "w"))
+            #expect(try await queue.complete(first, worker: "w", outcome: .staged(bytesFetched: 1, unpackedLength: nil)))
+            // Three tasks in all (the plan's and these two): the record of the third ends the run.
+            let second = try #require(try await queue.claim(worker: "w"))
+            let last = try #require(try await queue.claim(worker: "w"))
+            #expect(try await queue.claim(worker: "w") == nil)
+            #expect(try await queue.complete(second, worker: "w", outcome: .staged(bytesFetched: 1, unpackedLength: nil)))
+            seen = news.generation
+            let idleSeen = idle.generation
+            #expect(try await queue.complete(last, worker: "w", outcome: .failed(CourierError(.network, "gone"))))
+            #expect(try await heard(since: seen))
+            try await idle.wait(upTo: .seconds(30), unlessSignalledSince: idleSeen)
+            #expect(idle.generation != idleSeen)
+            news.stop()
+            try await waiting.close()
+            try await coordinating.close()
+        }
+    }
+
     @Test("a claim hands over the plan's task; a task the process does not know is read from its row")
     func claimKnownTasks() async throws {
         let server = try PostgresServer()
