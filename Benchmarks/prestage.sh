@@ -250,6 +250,14 @@ if "before prestage --jobs 16" in r:
     print(f"before (BEFORE_BIN): courier {before:.3f} s ({before/curl:.2f}x), queue {before_queue:.3f} s ({before_queue/curl:.2f}x); "
           f"median per-round ratio courier {per_round('before prestage --jobs 16')}, queue {per_round('before prestage --queue --jobs 16')}")
     named += [("before", "before prestage --jobs 16"), ("before queue", "before prestage --queue --jobs 16")]
+    # Paired: each round's time over the same round's BEFORE_BIN time (what the shared machine's
+    # load does to both cancels out better than in either ratio to curl).
+    def paired(name, base):
+        ratios = [x[name] / x[base] for x in rounds]
+        return f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})"
+    print(f"this build over BEFORE_BIN, median of the per-round ratios (range): courier "
+          f"{paired('courier prestage --jobs 16', 'before prestage --jobs 16')}, queue "
+          f"{paired('courier prestage --queue --jobs 16', 'before prestage --queue --jobs 16')}")
 print("CPU per run (user + system, mean of the rounds; user in parentheses): " + ", ".join(
     f"{short} {cpu[name][0] + cpu[name][1]:.3f} s ({cpu[name][0]:.3f})" for short, name in named))
 if not os.path.exists(sys.argv[2]): sys.exit(0)  # BIG=0
