@@ -93,10 +93,16 @@ public enum PostgresSchema {
         }
     }
 
-    /// `migrate` on one connection.
+    /// `migrate` on one connection. A database already at `currentVersion` is seen in one
+    /// statement (no transaction, no lock: every process of a run starts with this); any other
+    /// goes through the locked migration, which looks again.
     @discardableResult
     public static func migrate(connection: PostgresConnection, logger: Logger) async throws -> Int {
         do {
+            if let version = try await recordedVersion(connection, logger: logger), version >= currentVersion {
+                try refuseNewer(version)
+                return version
+            }
             return try await connection.withTransaction(logger: logger) { connection in
                 try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
                 try await connection.query(
@@ -113,12 +119,7 @@ public enum PostgresSchema {
                 ).decode(Int.self) {
                     version = value
                 }
-                guard version <= currentVersion else {
-                    throw CourierError(
-                        .usage,
-                        "the PostgreSQL schema is at version \(version), newer than this courier knows (\(currentVersion))",
-                        hint: "run a courier at least as new as the one that migrated the database")
-                }
+                try refuseNewer(version)
                 for migration in migrations where migration.version > version {
                     for statement in migration.statements {
                         try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
@@ -133,6 +134,30 @@ public enum PostgresSchema {
             throw error
         } catch {
             throw PostgresErrors.wrap(error, "cannot create or migrate Courier's tables in PostgreSQL")
+        }
+    }
+
+    /// The newest migration recorded, or nil when `courier_schema_version` does not exist yet.
+    private static func recordedVersion(_ connection: PostgresConnection, logger: Logger) async throws -> Int? {
+        do {
+            var version = 0
+            for try await value in try await connection.query(
+                "SELECT coalesce(max(version), 0) FROM courier_schema_version", logger: logger
+            ).decode(Int.self) {
+                version = value
+            }
+            return version
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P01" {  // undefined_table
+            return nil
+        }
+    }
+
+    private static func refuseNewer(_ version: Int) throws {
+        guard version <= currentVersion else {
+            throw CourierError(
+                .usage,
+                "the PostgreSQL schema is at version \(version), newer than this courier knows (\(currentVersion))",
+                hint: "run a courier at least as new as the one that migrated the database")
         }
     }
 }
