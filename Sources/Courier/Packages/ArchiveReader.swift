@@ -57,6 +57,25 @@ final class ArchiveReader {
         }
     }
 
+    /// Opens a whole zip held in memory, read through its central directory as `init(url:)`
+    /// reads a file: the bytes a download just wrote, so a check reads no file back. libarchive
+    /// reads them in place (no copy): `bytes` must stay valid and unchanged until `close()`.
+    /// `path` names the file they are the bytes of, in errors.
+    init(bytes: UnsafeRawBufferPointer, path: String) throws {
+        guard let handle = archive_read_new() else {
+            throw CourierError(.internal, "libarchive could not allocate a reader")
+        }
+        self.handle = handle
+        self.path = path
+        previousLocale = Self.utf8Locale.value.map { uselocale($0) }
+        archive_read_support_format_zip_seekable(handle)
+        guard let base = bytes.baseAddress, archive_read_open_memory(handle, base, bytes.count) == ARCHIVE_OK else {
+            let error = Self.integrity(handle, "cannot read \(URL(fileURLWithPath: path).lastPathComponent) as a zip package")
+            close()
+            throw error
+        }
+    }
+
     deinit { close() }
 
     /// Frees libarchive's state and restores the thread's locale. Idempotent.

@@ -28,28 +28,64 @@ public struct PackageInspector {
     /// records its SHA-256 in `entryDigests` (what a manifest needs), so a caller that builds the
     /// manifest reads the package once, not twice. Damaged entry data changes nothing in what
     /// the preflight accepts: the pass is then made again without hashing (`entryDigests` empty).
-    static func preflight(_ file: URL, limits: PackageConfiguration, hashingEntries: Bool = false) throws -> PackagePreflight {
-        guard hashingEntries else { return try preflightPass(file, limits: limits, hashingEntries: false) }
+    ///
+    /// `bytes`, when given, are the whole of `file` (the bytes a download just wrote and
+    /// verified): the passes read them instead of the file, which they never open.
+    static func preflight(
+        _ file: URL, bytes: [UInt8]? = nil, limits: PackageConfiguration, hashingEntries: Bool = false
+    ) throws -> PackagePreflight {
+        guard hashingEntries else { return try preflightPass(file, bytes: bytes, limits: limits, hashingEntries: false) }
         do {
-            return try preflightPass(file, limits: limits, hashingEntries: true)
+            return try preflightPass(file, bytes: bytes, limits: limits, hashingEntries: true)
         } catch is EntryDataError {
-            return try preflightPass(file, limits: limits, hashingEntries: false)
+            return try preflightPass(file, bytes: bytes, limits: limits, hashingEntries: false)
         }
     }
 
     /// An entry's data could not be read while hashing it (only the hashing preflight reads it).
     private struct EntryDataError: Error {}
 
-    private static func preflightPass(_ file: URL, limits: PackageConfiguration, hashingEntries: Bool) throws -> PackagePreflight {
-        let directory = try ZipDirectory.read(file, maxEntryCount: limits.maxEntryCount)
+    private static func preflightPass(
+        _ file: URL, bytes: [UInt8]?, limits: PackageConfiguration, hashingEntries: Bool
+    ) throws -> PackagePreflight {
+        guard let bytes else {
+            let directory = try ZipDirectory.read(file, maxEntryCount: limits.maxEntryCount)
+            try directory.check(limits)
+            let reader = try ArchiveReader(url: file, blockSize: limits.blockSize)
+            defer { reader.close() }
+            return try entriesPass(directory, reader: reader, limits: limits, hashingEntries: hashingEntries)
+        }
+        let directory = try ZipDirectory.parse(bytes, name: file.lastPathComponent, maxEntryCount: limits.maxEntryCount)
         try directory.check(limits)
-        let reader = try ArchiveReader(url: file, blockSize: limits.blockSize)
-        defer { reader.close() }
+        return try bytes.withUnsafeBytes { raw in
+            let reader = try ArchiveReader(bytes: raw, path: file.path)
+            defer { reader.close() }
+            return try entriesPass(directory, reader: reader, limits: limits, hashingEntries: hashingEntries)
+        }
+    }
+
+    /// The pass over the entry headers (and, when hashing, their data) of `reader`.
+    private static func entriesPass(
+        _ directory: ZipDirectory, reader: ArchiveReader, limits: PackageConfiguration, hashingEntries: Bool
+    ) throws -> PackagePreflight {
         var info: ContentInfo?
         var entryCount = 0
         var links: [[String]: String] = [:]
         var tree = EntryTree()
         var digests: [String: String] = [:]
+        if hashingEntries {
+            // Before any entry's data is read: a package whose central directory names no
+            // ContentInfo.plist at all is refused now, not after its data was unpacked to be
+            // hashed (a bomb's gigabytes; a finer check follows in the pass).
+            let plist = Array(ContentInfo.fileName.utf8)
+            guard directory.entries.contains(where: { $0.name.ends(with: plist) || $0.unicodeName?.ends(with: plist) == true }) else {
+                throw EntryRules.hostile("the package has no ContentInfo.plist at its root")
+            }
+        }
+        // What the hashing may unpack: each entry its declared size, all of them their declared
+        // total within the limit (the extractor's bounds; a size that lies is refused here too).
+        let totalLimit = min(limits.maxUnpackedSize, Int64(clamping: directory.declaredUnpackedSize))
+        var hashedTotal: Int64 = 0
         while let entry = try reader.next() {
             entryCount += 1
             let (name, components, type) = try EntryRules.check(entry, count: entryCount, limits: limits)
@@ -64,9 +100,24 @@ public struct PackageInspector {
                 if hashingEntries, let name = entry.name { digests[name] = SHA256.hash(data: data).hex }
             } else if hashingEntries, type == EntryRules.regularFile || type == 0, let name = entry.name {
                 var hasher = SHA256()
+                var oversize: CourierError?
                 do {
-                    try reader.readData { _, bytes in hasher.update(bufferPointer: bytes) }
+                    try reader.readData { offset, bytes in
+                        let (end, overflow) = offset.addingReportingOverflow(Int64(bytes.count))
+                        let (total, totalOverflow) = hashedTotal.addingReportingOverflow(Int64(bytes.count))
+                        if offset < 0 || overflow || entry.size.map({ end > $0 }) == true {
+                            oversize = EntryRules.hostile(
+                                "the entry \(name.debugDescription) unpacks to more than its declared \(entry.size ?? 0) bytes")
+                        } else if totalOverflow || total > totalLimit {
+                            oversize = EntryRules.hostile(
+                                "the package unpacks to more than its declared size or the limit of \(limits.maxUnpackedSize) bytes")
+                        }
+                        if let oversize { throw oversize }
+                        hashedTotal = total
+                        hasher.update(bufferPointer: bytes)
+                    }
                 } catch {
+                    if let oversize { throw oversize }
                     throw EntryDataError()
                 }
                 digests[name] = hasher.finalize().hex
@@ -131,5 +182,11 @@ private struct EntryTree {
             throw EntryRules.hostile("the entry \(name.debugDescription) appears twice or replaces another entry")
         }
         kinds[components] = isFolder ? EntryRules.directory : (type == 0 ? EntryRules.regularFile : type)
+    }
+}
+
+extension Array where Element == UInt8 {
+    fileprivate func ends(with suffix: [UInt8]) -> Bool {
+        count >= suffix.count && self[(count - suffix.count)...].elementsEqual(suffix)
     }
 }

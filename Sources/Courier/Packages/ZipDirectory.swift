@@ -75,8 +75,10 @@ package struct ZipDirectory: Sendable {
 
     /// The reader as a pure function: the bytes of a whole zip file to its directory, or a
     /// `CourierError`. No I/O; the fuzz target of the zip reader.
-    package static func parse(_ bytes: [UInt8], maxEntryCount: Int = PackageConfiguration().maxEntryCount) throws -> ZipDirectory {
-        try parse(MemorySource(bytes: bytes), name: "the package", maxEntryCount: maxEntryCount)
+    package static func parse(
+        _ bytes: [UInt8], name: String = "the package", maxEntryCount: Int = PackageConfiguration().maxEntryCount
+    ) throws -> ZipDirectory {
+        try parse(MemorySource(bytes: bytes), name: name, maxEntryCount: maxEntryCount)
     }
 
     private static func parse(_ reader: some ByteSource, name: String, maxEntryCount: Int) throws -> ZipDirectory {

@@ -16,6 +16,16 @@ public struct TransferPackageFetcher: PackageFetcher {
         workDirectory: URL,
         progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> Int64 {
+        try await fetchKeepingBytes(task, to: destination, workDirectory: workDirectory, upTo: 0, progress: progress).fetched
+    }
+
+    public func fetchKeepingBytes(
+        _ task: PrestageTask,
+        to destination: URL,
+        workDirectory: URL,
+        upTo limit: Int,
+        progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> (fetched: Int64, bytes: [UInt8]?) {
         var request = DownloadRequest(
             id: task.downloadId,
             url: task.source,
@@ -27,11 +37,12 @@ public struct TransferPackageFetcher: PackageFetcher {
         // The staging tree makes the run's files durable together, before the catalog names
         // them (`StagingTree.syncPublished`): no fsync per file, journal or folder here.
         request.durability = .deferredToCaller
+        request.retainsBodyUpTo = limit
         let journal = FileResumeJournalStore(directory: workDirectory, syncs: false)
         let result = try await engine.download(request, journal: journal) { update in
             progress(update.bytesReceived)
         }
-        return result.bytesFetched
+        return (result.bytesFetched, result.body)
     }
 }
 
@@ -52,7 +63,12 @@ public struct InspectingPackageChecker: PackageChecker {
     /// download verified (hashed as its bytes were written), and the preflight's one libarchive
     /// pass hashes each entry for the manifest, so the file is read once after the download.
     public func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
-        let preflight = try checked(file, task: task, hashingEntries: true)
+        try checkAndDescribe(file, bytes: nil, task: task)
+    }
+
+    /// `checkAndDescribe`, reading `bytes` (the whole file as its download wrote it) when given.
+    public func checkAndDescribe(_ file: URL, bytes: [UInt8]?, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
+        let preflight = try checked(file, bytes: bytes, task: task, hashingEntries: true)
         let manifest = try? PackageManifest.build(
             package: file, preflight: preflight, packageDigest: task.content.sha256.lowercased(), limits: limits)
         // The manifest must also pass the default limits a client decodes it with.
@@ -64,8 +80,8 @@ public struct InspectingPackageChecker: PackageChecker {
 
     /// Every rule of `PackageInspector` (the download already verified the file's SHA-256, so it
     /// is not hashed again), and a ContentInfo.plist naming the task's product and version.
-    func checked(_ file: URL, task: PrestageTask, hashingEntries: Bool = false) throws -> PackagePreflight {
-        let preflight = try PackageInspector.preflight(file, limits: limits, hashingEntries: hashingEntries)
+    func checked(_ file: URL, bytes: [UInt8]? = nil, task: PrestageTask, hashingEntries: Bool = false) throws -> PackagePreflight {
+        let preflight = try PackageInspector.preflight(file, bytes: bytes, limits: limits, hashingEntries: hashingEntries)
         let info = preflight.info
         guard info.productId == task.productId else {
             throw CourierError(

@@ -19,6 +19,28 @@ public protocol PackageFetcher: Sendable {
         workDirectory: URL,
         progress: @escaping @Sendable (Int64) -> Void
     ) async throws -> Int64
+    /// As `fetch`, and also the file's bytes when this call wrote all of them and they fit in
+    /// `limit` bytes (the checker then reads memory, not the file it just wrote). The default
+    /// calls `fetch` and returns no bytes.
+    func fetchKeepingBytes(
+        _ task: PrestageTask,
+        to destination: URL,
+        workDirectory: URL,
+        upTo limit: Int,
+        progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> (fetched: Int64, bytes: [UInt8]?)
+}
+
+extension PackageFetcher {
+    public func fetchKeepingBytes(
+        _ task: PrestageTask,
+        to destination: URL,
+        workDirectory: URL,
+        upTo limit: Int,
+        progress: @escaping @Sendable (Int64) -> Void
+    ) async throws -> (fetched: Int64, bytes: [UInt8]?) {
+        (try await fetch(task, to: destination, workDirectory: workDirectory, progress: progress), nil)
+    }
 }
 
 /// Checks a fetched package as the client would before it is staged (ContentInfo.plist naming
@@ -31,12 +53,19 @@ public protocol PackageChecker: Sendable {
     /// `file` has been verified against the task's length and SHA-256. The default calls `check`
     /// and then builds the manifest from the file.
     func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?)
+    /// `checkAndDescribe` given `bytes`, the whole of `file` as the download wrote it (nil: read
+    /// the file). The default ignores them.
+    func checkAndDescribe(_ file: URL, bytes: [UInt8]?, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?)
 }
 
 extension PackageChecker {
     public func checkAndDescribe(_ file: URL, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
         let unpacked = try check(file, task: task)
         return (unpacked, try? PackageManifest.build(package: file, limits: PackageConfiguration()))
+    }
+
+    public func checkAndDescribe(_ file: URL, bytes: [UInt8]?, task: PrestageTask) throws -> (unpackedLength: Int64?, manifest: PackageManifest?) {
+        try checkAndDescribe(file, task: task)
     }
 }
 
@@ -311,6 +340,11 @@ public struct PrestageJob: Sendable {
         }
     }
 
+    /// Packages up to this size are checked from the bytes their download wrote, kept in memory
+    /// until the check, not read back from the file: at most this much per job, the size of the
+    /// read buffer a check from the file allocates (`PackageConfiguration.blockSize`).
+    static let checkFromMemoryLimit = 1 << 20
+
     /// Staged packages per worker whose record waits for a sync (with a shared queue).
     static let maxPendingRecords = 8
 
@@ -400,6 +434,7 @@ public struct PrestageJob: Sendable {
     ) async throws -> (Int64, Int64?) {
         let file = downloads.appendingPathComponent("\(task.downloadId).zip", isDirectory: false)
         var fetched: Int64 = 0
+        var bytes: [UInt8]?
         // A verified file left by a run interrupted between the fetch and the publication is kept.
         // Usually there is none: one `stat` here (a failed one, as quick as the `unlink` below),
         // and the blocking pool only to hash a file of the right length.
@@ -412,7 +447,9 @@ public struct PrestageJob: Sendable {
         }
         if !kept {
             if present { unlink(file.path) }
-            fetched = try await fetcher.fetch(task, to: file, workDirectory: downloads) { received in
+            (fetched, bytes) = try await fetcher.fetchKeepingBytes(
+                task, to: file, workDirectory: downloads, upTo: Self.checkFromMemoryLimit
+            ) { received in
                 events(.progress(task, received: received))
             }
         }
@@ -422,10 +459,10 @@ public struct PrestageJob: Sendable {
         // One blocking step: the check builds the manifest in its pass over the package, and the
         // manifest and the package are published together, unsynced (the catalog publish, or a
         // shared queue's group sync, makes them durable).
-        let unpacked: Int64? = try await BlockingWorkerPool.detached {
+        let unpacked: Int64? = try await BlockingWorkerPool.detached { [bytes] in
             let checked: (unpackedLength: Int64?, manifest: PackageManifest?)
             do {
-                checked = try checker.checkAndDescribe(file, task: task)
+                checked = try checker.checkAndDescribe(file, bytes: bytes, task: task)
             } catch {
                 // A refused package is not kept: the next run fetches it again.
                 try? FileManager.default.removeItem(at: file)

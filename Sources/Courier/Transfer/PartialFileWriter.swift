@@ -34,6 +34,11 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
     /// The store holds no journal for this download yet and a response from byte 0 need not
     /// write one before its first checkpoint (`DownloadRequest.savesFirstJournalEagerly`).
     private var defersFirstJournal: Bool
+    /// Up to how many bytes of a body written from byte 0 are also kept in memory (0: none).
+    private let retainLimit: Int
+    /// The file's bytes from 0 as written, while they are all written by this writer and fit
+    /// `retainLimit`; nil otherwise (queue only).
+    private var retained: [UInt8]?
 
     /// The space check of a body whose length was not known in advance: before each chunk is
     /// written, the chunk, `additionalSpaceNeeded` and `reserve` must fit, else the writer fails
@@ -58,7 +63,8 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         configuration: TransferConfiguration,
         progress: ProgressReporter,
         growingSpaceCheck: GrowingSpaceCheck? = nil,
-        defersFirstJournal: Bool = false
+        defersFirstJournal: Bool = false,
+        retainLimit: Int = 0
     ) {
         self.file = file
         self.fd = fd
@@ -73,6 +79,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         self.progress = progress
         self.growingSpaceCheck = growingSpaceCheck
         self.defersFirstJournal = defersFirstJournal
+        self.retainLimit = max(0, retainLimit)
     }
 
     /// The first error the writer met (ENOSPC, EIO, a journal that could not be saved).
@@ -184,6 +191,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             position += Int64(count)
         }
         writtenOffset = start
+        retained = start == 0 && retainLimit > 0 ? [] : nil
         durableOffset = min(start, max(0, durable ?? start))
         journal.durableOffset = durableOffset
         if progress.source == nil { progress.source = journal.url }
@@ -235,6 +243,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             if count < 0 {
                 if errno == EINTR { continue }
                 fail(CourierError.posix("write", path: file.path))
+                retained = nil
                 // Keep what did land: it is valid data and can be checkpointed.
                 writtenOffset += Int64(done)
                 chunk.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<done])) }
@@ -243,6 +252,14 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             done += count
         }
         chunk.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+        if var kept = retained {
+            // Taken out first so the append below extends the one reference in place.
+            retained = nil
+            if chunk.count <= retainLimit - kept.count {
+                if kept.isEmpty { kept = chunk } else { kept.append(contentsOf: chunk) }
+                retained = kept
+            }
+        }
         writtenOffset += Int64(chunk.count)
         bytesWrittenThisRun += Int64(chunk.count)
         progress.update(bytes: writtenOffset, total: journal.totalLength)
@@ -268,6 +285,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         hasher = SHA256()
         writtenOffset = 0
         durableOffset = 0
+        retained = retainLimit > 0 ? [] : nil
         progress.start(at: 0, total: nil)
     }
 
@@ -281,6 +299,13 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         }
         defersFirstJournal = false
         try store.save(journal)
+    }
+
+    /// The whole file's bytes as written, when every one of them was written by this writer from
+    /// byte 0 and they fit its `retainLimit`; nil otherwise (queue only).
+    var retainedBody: [UInt8]? {
+        guard let retained, Int64(retained.count) == writtenOffset else { return nil }
+        return retained
     }
 
     /// Makes everything durable (unless `sync` is false: the caller syncs the file later) and

@@ -39,6 +39,11 @@ public struct DownloadRequest: Sendable {
     /// without `If-Range`, the SHA-256 deciding (and falling back to byte 0 once). A response
     /// that replaces a saved journal is always saved first.
     public var savesFirstJournalEagerly = true
+    /// Up to how many bytes the finished file's bytes are also returned in memory
+    /// (`DownloadResult.body`), when this call wrote all of them (it did not resume). Default 0:
+    /// never. A caller that reads the file back at once (a prestage's check) reads them instead;
+    /// memory holds at most this many bytes per download until the result is dropped.
+    public var retainsBodyUpTo = 0
 
     public init(
         id: String,
@@ -120,6 +125,9 @@ public struct DownloadResult: Sendable, Equatable {
     public var resumedFrom: Int64
     /// The URL (the request's or one of its mirrors) that served the last bytes.
     public var source: URL?
+    /// The file's bytes, when the request asked for them (`retainsBodyUpTo`), they fit, and this
+    /// call wrote every one of them: the same bytes the file holds and `sha256` hashed.
+    public var body: [UInt8]?
 
     public init(id: String, file: URL, length: Int64, sha256: String, bytesFetched: Int64, resumedFrom: Int64) {
         self.id = id
@@ -215,7 +223,8 @@ public final class TransferEngine: Sendable {
                 growingSpaceCheck: request.expectedLength == nil
                     ? .init(reserve: configuration.diskReserve, additionalSpaceNeeded: request.additionalSpaceNeeded) : nil,
                 defersFirstJournal: !request.savesFirstJournalEagerly && opened.storeIsEmpty && request.expectedSHA256 != nil
-                    && request.expectedLength != nil
+                    && request.expectedLength != nil,
+                retainLimit: request.retainsBodyUpTo
             )
             do {
                 return (opened, writer, try writer.prepare(resumingAt: opened.resumeAt, durable: opened.journal.durableOffset))
@@ -250,20 +259,21 @@ public final class TransferEngine: Sendable {
         var fetched: Int64
         var finalJournal: ResumeJournal
         var placed: Bool
+        var body: [UInt8]?
         while true {
             try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
             let syncs = request.durability == .onCompletion
             // One hop to the writer's queue for the end (each is a thread hand-off and back):
             // finish, verify and, when the file passes, place it.
-            (length, digest, fetched, finalJournal, placed) = try await writer.perform {
+            (length, digest, fetched, finalJournal, placed, body) = try await writer.perform {
                 let (length, digest) = try writer.finish(sync: syncs)
                 let journal = writer.journal
                 guard Self.mismatch(request, length: length, digest: digest, journal: journal) == nil else {
-                    return (length, digest, writer.bytesWrittenThisRun, journal, false)
+                    return (length, digest, writer.bytesWrittenThisRun, journal, false, nil)
                 }
                 try Self.place(request)
                 if request.resetsJournalWhenPlaced { try store.remove(downloadId: request.id) }
-                return (length, digest, writer.bytesWrittenThisRun, journal, true)
+                return (length, digest, writer.bytesWrittenThisRun, journal, true, writer.retainedBody)
             }
             guard !placed, let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length,
                 !fallbacks.isEmpty
@@ -298,6 +308,7 @@ public final class TransferEngine: Sendable {
             resumedFrom: resumedFrom
         )
         result.source = finalJournal.url
+        result.body = body
         return result
     }
 

@@ -108,6 +108,104 @@ struct PrestageStagePassTests {
         #expect(try PackageInspector.preflight(zip, limits: PackageConfiguration(), hashingEntries: true).entryDigests.isEmpty)
     }
 
+    @Test("given the bytes its download wrote, the check reads them, not the file, and finds what it finds in the file")
+    func checkFromMemory() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (zip, info) = try Self.makePackage(in: directory)
+        let bytes = [UInt8](try Data(contentsOf: zip))
+        let checker = InspectingPackageChecker(limits: PackageConfiguration())
+        let task = Self.task(info, source: zip)
+        let fromFile = try checker.checkAndDescribe(zip, task: task)
+        // A path that does not exist: the check never opens it.
+        let absent = directory.appending("absent.zip")
+        let fromMemory = try checker.checkAndDescribe(absent, bytes: bytes, task: task)
+        #expect(fromMemory.unpackedLength == fromFile.unpackedLength)
+        #expect(fromMemory.manifest == fromFile.manifest)
+        #expect(fromMemory.manifest != nil)
+        var other = task
+        other.productId = "com.example.other"
+        #expect(throws: CourierError.self) { try checker.checkAndDescribe(absent, bytes: bytes, task: other) }
+        // Damaged entry data: the same verdict as from the file (checked, no manifest).
+        var damaged = bytes
+        damaged[damaged.count / 2] ^= 0xFF
+        try Data(damaged).write(to: zip)
+        let damagedFromFile = Result { try PackageInspector.preflight(zip, limits: PackageConfiguration(), hashingEntries: true) }
+        let damagedFromMemory = Result { try PackageInspector.preflight(absent, bytes: damaged, limits: PackageConfiguration(), hashingEntries: true) }
+        switch (damagedFromFile, damagedFromMemory) {
+        case (.success(let file), .success(let memory)):
+            #expect(file.entryDigests == memory.entryDigests && file.entryCount == memory.entryCount)
+        case (.failure(let file as CourierError), .failure(let memory as CourierError)):
+            #expect(file.code == memory.code)
+        default:
+            Issue.record("from the file: \(damagedFromFile), from memory: \(damagedFromMemory)")
+        }
+    }
+
+    @Test("every archive of the hostile corpus gets the same verdict from memory as from its file")
+    func hostileCorpusFromMemory() throws {
+        let folder = SharedFixtures.folder("hostile-archives")
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+            .filter { $0.hasSuffix(".zip") || $0.hasSuffix(".bin") }.sorted()
+        #expect(!names.isEmpty)
+        let limits = PackageConfiguration()
+        for name in names {
+            let file = folder.appendingPathComponent(name)
+            let bytes = [UInt8](try Data(contentsOf: file))
+            for hashing in [false, true] {
+                let fromFile = Result { try PackageInspector.preflight(file, limits: limits, hashingEntries: hashing) }
+                let fromMemory = Result { try PackageInspector.preflight(file, bytes: bytes, limits: limits, hashingEntries: hashing) }
+                switch (fromFile, fromMemory) {
+                case (.success(let a), .success(let b)):
+                    #expect(a.info == b.info && a.entryCount == b.entryCount && a.entryDigests == b.entryDigests, "\(name)")
+                case (.failure(let a as CourierError), .failure(let b as CourierError)):
+                    #expect(a.code == b.code, "\(name): \(a) against \(b)")
+                default:
+                    Issue.record("\(name): from the file \(fromFile), from memory \(fromMemory)")
+                }
+            }
+        }
+    }
+
+    @Test("the hashing check refuses an entry that unpacks past its declared size, and a package naming no ContentInfo.plist before reading data")
+    func hashingIsBounded() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let zip = directory.appending("lying.zip")
+        // 1 MiB of zeros, deflated; then its declared size (local header and central directory)
+        // is cut to 4 KiB, as a 32-bit size that wrapped would be. The CRC still matches the data.
+        try PackageFixtures.infoZip(product: Self.product, version: "1.0", files: ["big.bin": Data(count: 1 << 20)], at: zip)
+        var bytes = [UInt8](try Data(contentsOf: zip))
+        func u32(_ at: Int) -> UInt32 { (0..<4).reduce(UInt32(0)) { $0 | UInt32(bytes[at + $1]) << (8 * $1) } }
+        func put32(_ value: UInt32, at: Int) { for i in 0..<4 { bytes[at + i] = UInt8(truncatingIfNeeded: value >> (8 * i)) } }
+        var patched = 0
+        for at in 0..<(bytes.count - 46) {
+            if u32(at) == 0x0403_4b50, u32(at + 22) == 1 << 20 { put32(4096, at: at + 22); patched += 1 }
+            if u32(at) == 0x0201_4b50, u32(at + 24) == 1 << 20 { put32(4096, at: at + 24); patched += 1 }
+        }
+        try #require(patched == 2)
+        try Data(bytes).write(to: zip)
+        for source in [nil, bytes] {
+            do {
+                _ = try PackageInspector.preflight(zip, bytes: source, limits: PackageConfiguration(), hashingEntries: true)
+                Issue.record("an entry unpacking past its declared size was hashed and accepted")
+            } catch let error as CourierError {
+                #expect(error.code == .hostilePackage, "\(error)")
+                #expect(error.message.contains("more than its declared"), "\(error)")
+            }
+        }
+        // No ContentInfo.plist named anywhere: refused from the central directory alone.
+        let bare = directory.appending("bare.zip")
+        let source = directory.appending("bare")
+        try FileManager.default.createDirectory(at: source, withIntermediateDirectories: true)
+        try Data(count: 1 << 20).write(to: source.appendingPathComponent("zeros.bin"))
+        let made = try Shell.run("/usr/bin/zip", ["-q", "-r", bare.path, "zeros.bin"], directory: source)
+        try #require(made.status == 0)
+        #expect(throws: CourierError.self) {
+            try PackageInspector.preflight(bare, limits: PackageConfiguration(), hashingEntries: true)
+        }
+    }
+
     @Test("a staged package and its manifest are published in one batch, manifest first, and the catalog names both")
     func oneBatch() async throws {
         let directory = try TemporaryDirectory()

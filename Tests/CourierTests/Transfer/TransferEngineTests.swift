@@ -313,6 +313,59 @@ struct TransferEngineTests {
         #expect(origin.requests.count == 2)
     }
 
+    @Test("the file's bytes come back in memory only when this call wrote every one of them and they fit")
+    func retainedBody() async throws {
+        let content = TransferFixture.bytes(1 << 20)
+        let sha256 = TransferFixture.sha256(content)
+        let origin = try FaultOrigin(content: content, behavior: FaultOrigin.Behavior())
+        defer { origin.stop() }
+        let engine = try TransferFixture.engine()
+        defer { engine.shutdown() }
+        func download(_ folder: TemporaryDirectory, limit: Int, store: FileResumeJournalStore? = nil) async throws -> DownloadResult {
+            var request = TransferFixture.request(origin.url(), in: folder, sha256: sha256)
+            request.retainsBodyUpTo = limit
+            return try await engine.download(request, journal: store ?? FileResumeJournalStore(directory: folder.url)) { _ in }
+        }
+        // Whole, in several chunks: the same bytes as the file.
+        let whole = try TemporaryDirectory()
+        defer { whole.remove() }
+        let result = try await download(whole, limit: 2 << 20)
+        #expect(result.body.map { Data($0) } == content)
+        #expect(try Data(contentsOf: result.file) == content)
+        // Larger than the limit, or not asked for: none.
+        let larger = try TemporaryDirectory()
+        defer { larger.remove() }
+        #expect(try await download(larger, limit: 512 << 10).body == nil)
+        let unasked = try TemporaryDirectory()
+        defer { unasked.remove() }
+        #expect(try await download(unasked, limit: 0).body == nil)
+        // A dropped connection retried within the call: every byte still written by it.
+        var dropping = FaultOrigin.Behavior()
+        dropping.dropAfterBytes = 300_000
+        dropping.faultyResponses = 1
+        origin.setBehavior(dropping)
+        let retried = try TemporaryDirectory()
+        defer { retried.remove() }
+        let again = try await download(retried, limit: 2 << 20)
+        #expect(again.resumedFrom == 0 && again.body.map { Data($0) } == content)
+        // Resumed from a partial file an earlier call left: the prefix is not in memory.
+        let resumed = try TemporaryDirectory()
+        defer { resumed.remove() }
+        let store = try await leavePartial(origin, in: resumed, after: 300_000)
+        origin.setBehavior(FaultOrigin.Behavior())
+        let continued = try await download(resumed, limit: 2 << 20, store: store)
+        #expect(continued.resumedFrom == 300_000 && continued.body == nil)
+        // A 200 answering the resume's Range starts the file over: all of it is this call's again.
+        let restarted = try TemporaryDirectory()
+        defer { restarted.remove() }
+        let restartStore = try await leavePartial(origin, in: restarted, after: 300_000)
+        var ignoring = FaultOrigin.Behavior()
+        ignoring.ignoreRanges = true
+        origin.setBehavior(ignoring)
+        let over = try await download(restarted, limit: 2 << 20, store: restartStore)
+        #expect(over.body.map { Data($0) } == content)
+    }
+
     @Test("a partial file another process holds (frozen past its lease) is not written; once it lets go, the download completes")
     func partialFileHasOneWriter() async throws {
         let folder = try TemporaryDirectory()
@@ -347,7 +400,10 @@ struct TransferEngineTests {
         let content = TransferFixture.bytes(4 << 20)
         var behavior = FaultOrigin.Behavior()
         behavior.bytesPerSecond = 2 << 20
-        behavior.faultyResponses = 0
+        // Every response stops after 1 MiB: however late the cancel comes on a loaded machine,
+        // the download cannot have finished before it (it ran to the end here under load).
+        behavior.stallAfterBytes = 1 << 20
+        behavior.faultyResponses = 100
         let origin = try FaultOrigin(content: content, behavior: behavior)
         defer { origin.stop() }
         let engine = try TransferFixture.engine()
