@@ -77,7 +77,21 @@ public enum PostgresSchema {
                 )
                 """,
             ]
-        )
+        ),
+        // The run's insert is on the critical path of every queued run: its plan (hundreds of
+        // KB for 500 tasks) was parsed into jsonb while the statement was planned and compressed
+        // by pglz, and each task's row held the task again as jsonb. The plan becomes the bytes
+        // Courier wrote, stored as they are (EXTERNAL: no compression), and a task's document
+        // is optional: a run's tasks are read from its plan, which every process holds
+        // (`enqueue` still writes them, for a queue used without a plan). Old runs keep theirs.
+        Migration(
+            version: 2,
+            statements: [
+                "ALTER TABLE prestage_run ALTER COLUMN plan TYPE bytea USING convert_to(plan::text, 'UTF8')",
+                "ALTER TABLE prestage_run ALTER COLUMN plan SET STORAGE EXTERNAL",
+                "ALTER TABLE prestage_task ALTER COLUMN task DROP NOT NULL",
+            ]
+        ),
     ]
 
     /// The newest schema version this Courier knows.
@@ -98,8 +112,13 @@ public enum PostgresSchema {
     /// goes through the locked migration, which looks again.
     @discardableResult
     public static func migrate(connection: PostgresConnection, logger: Logger) async throws -> Int {
+        try await migrate(connection: connection, upTo: currentVersion, logger: logger)
+    }
+
+    /// `migrate`, stopping at `target` (a test's older database).
+    static func migrate(connection: PostgresConnection, upTo target: Int, logger: Logger) async throws -> Int {
         do {
-            if let version = try await recordedVersion(connection, logger: logger), version >= currentVersion {
+            if let version = try await recordedVersion(connection, logger: logger), version >= target {
                 try refuseNewer(version)
                 return version
             }
@@ -120,7 +139,7 @@ public enum PostgresSchema {
                     version = value
                 }
                 try refuseNewer(version)
-                for migration in migrations where migration.version > version {
+                for migration in migrations where migration.version > version && migration.version <= target {
                     for statement in migration.statements {
                         try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                     }
@@ -128,7 +147,7 @@ public enum PostgresSchema {
                         "INSERT INTO courier_schema_version (version) VALUES (\(migration.version))", logger: logger)
                     logger.debug("migrated the PostgreSQL schema", metadata: ["version": "\(migration.version)"])
                 }
-                return max(version, currentVersion)
+                return max(version, target)
             }
         } catch let error as CourierError {
             throw error

@@ -122,15 +122,17 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         /// Each task as JSON.
         var documents: [String] = []
 
-        init(_ tasks: [PrestageTask]) throws {
+        /// `documents: false` leaves `documents` empty (a run's rows: its plan holds the tasks).
+        init(_ tasks: [PrestageTask], documents encodesDocuments: Bool = true) throws {
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             ids.reserveCapacity(tasks.count)
             identifiers.reserveCapacity(tasks.count)
-            documents.reserveCapacity(tasks.count)
+            documents.reserveCapacity(encodesDocuments ? tasks.count : 0)
             for task in tasks {
                 ids.append(task.downloadId)
                 identifiers.append(task.contentIdentifier)
+                guard encodesDocuments else { continue }
                 do {
                     documents.append(String(decoding: try encoder.encode(task), as: UTF8.self))
                 } catch {
@@ -185,8 +187,10 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                 """, logger: logger)
             let decoder = JSONDecoder()
             var read: [PrestageTask] = []
-            for try await (id, document) in rows.decode((String, String).self) {
+            for try await (id, stored) in rows.decode((String, String?).self) {
                 do {
+                    // A run's rows hold no document: its plan, which this process holds, has them all.
+                    guard let document = stored else { throw CourierError(.integrity, "\(id) is in neither this process's plan nor its row") }
                     let task = try decoder.decode(PrestageTask.self, from: Data(document.utf8))
                     guard task.downloadId == id else { throw CourierError(.integrity, "the row of \(id) holds the task of \(task.downloadId)") }
                     read.append(task)

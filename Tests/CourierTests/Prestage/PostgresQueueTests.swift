@@ -56,13 +56,34 @@ struct PostgresQueueTests {
             return both + [third]
         }
         #expect(versions == [PostgresSchema.currentVersion, PostgresSchema.currentVersion, PostgresSchema.currentVersion])
-        #expect(try server.psql("SELECT string_agg(version::text, ',') FROM courier_schema_version") == "\(PostgresSchema.currentVersion)")
+        #expect(
+            try server.psql("SELECT string_agg(version::text, ',' ORDER BY version) FROM courier_schema_version")
+                == PostgresSchema.migrations.map { String($0.version) }.joined(separator: ","))
         #expect(try server.psql("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'prestage_%'") == "2")
         // A database migrated by a newer courier is refused, not used.
         try server.psql("INSERT INTO courier_schema_version (version) VALUES (999)")
         await #expect(throws: CourierError.self) {
             try await withPostgresClient(server) { try await PostgresSchema.migrate($0, logger: Self.logger) }
         }
+    }
+
+    @Test("a version 1 database migrates to 2: its runs' plans keep their JSON as stored bytes, uncompressed; task documents become optional")
+    func migrationTwo() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let url = try PostgresURL(parsing: server.url)
+        let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: Self.logger)
+        #expect(try await PostgresSchema.migrate(connection: connection, upTo: 1, logger: Self.logger) == 1)
+        try server.psql("INSERT INTO prestage_run (run_key, plan) VALUES ('old', '{\"tasks\": [1, 2]}'::jsonb)")
+        try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier, task) SELECT run_id, 'd', 'c', '{\"x\": 1}' FROM prestage_run")
+        #expect(try server.psql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'prestage_run'::regclass AND attname = 'plan'") == "jsonb")
+        #expect(try await PostgresSchema.migrate(connection: connection, logger: Self.logger) == 2)
+        try await connection.close()
+        #expect(try server.psql("SELECT format_type(atttypid, atttypmod) || ' ' || attstorage::text FROM pg_attribute WHERE attrelid = 'prestage_run'::regclass AND attname = 'plan'") == "bytea e")
+        #expect(try server.psql("SELECT convert_from(plan, 'UTF8')::jsonb = '{\"tasks\": [1, 2]}'::jsonb FROM prestage_run") == "t")
+        #expect(try server.psql("SELECT task::text FROM prestage_task") == "{\"x\": 1}")
+        try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, 'e', 'c' FROM prestage_run")
+        #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE task IS NULL") == "1")
     }
 
     @Test("claim, lease and complete: a task is handed to one worker; a lost lease cannot overwrite the new owner's outcome")
@@ -181,7 +202,8 @@ struct PostgresQueueTests {
             #expect(try await heard(since: seen))
             #expect(try await runs.tryLock("news", on: waiting))
             // The last open tasks of a run recorded: the waiting process hears it, its idle workers too.
-            let queue = PostgresWorkQueue(client: client, runId: runId, logger: Self.logger)
+            // A run's process holds its plan's tasks (their rows name them only).
+            let queue = PostgresWorkQueue(client: client, runId: runId, tasks: plan.tasks, logger: Self.logger)
             try await queue.enqueue((71..<73).map(queueTask))
             let idle = CompletionSignal()
             news.forward(to: idle)
@@ -225,6 +247,15 @@ struct PostgresQueueTests {
             try server.psql("UPDATE prestage_task SET task = '\(encoded)', state = 'waiting', attempts = 0 WHERE download_id = '\(second.downloadId)'")
             try server.psql("UPDATE prestage_task SET state = 'staged' WHERE download_id NOT IN ('\(first.downloadId)', '\(second.downloadId)')")
             #expect(try await stranger.claim(worker: "s") == second)
+            // A run's rows name their tasks only (the plan holds them): a process without the
+            // plan cannot take one and says so.
+            try server.psql("UPDATE prestage_task SET task = NULL, state = 'waiting', attempts = 0 WHERE download_id = '\(first.downloadId)'")
+            do {
+                _ = try await stranger.claim(worker: "s")
+                Issue.record("a task with neither a plan nor a document was handed over")
+            } catch let error as CourierError {
+                #expect(error.code == .integrity, "\(error)")
+            }
         }
     }
 
