@@ -107,6 +107,14 @@ start_postgres
 # rows under a new run id and autovacuum clears the dead ones between runs.
 "$BIN" prestage --catalog "$WORK/catalog.json" --dest "$WORK/out-first" --jobs 16 --json --queue "$PG_URL" >/dev/null
 RESET_PG="${PSQL[*]} -c \"DELETE FROM prestage_task; DELETE FROM prestage_run\" -c \"VACUUM prestage_task, prestage_run\""
+# BEFORE_BIN's queue runs use a database of their own: two builds of different schema versions
+# cannot share one (the older refuses a database the newer migrated).
+if [ -n "${BEFORE_BIN:-}" ]; then
+  "${PSQL[@]}" -c "CREATE DATABASE before" >/dev/null
+  BEFORE_PG_URL="${PG_URL%/*}/before"
+  "$BEFORE_BIN" prestage --catalog "$WORK/catalog.json" --dest "$WORK/out-before-first" --jobs 16 --json --queue "$BEFORE_PG_URL" >/dev/null
+  RESET_BEFORE_PG="${RESET_PG/ -d postgres / -d before }"
+fi
 # How each run's previous output goes (see the header): moved into $WORK/trash (TRASH=1, the
 # default) and removed at the end, or removed at once (TRASH=0).
 TRASH=${TRASH:-1}
@@ -156,8 +164,8 @@ BEFORE=()
 if [ -n "${BEFORE_BIN:-}" ]; then
   BEFORE=(--prepare "$CLEAR $WORK/out-before"
     -n "before prestage --jobs 16" "$BEFORE_BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-before --jobs 16 --json"
-    --prepare "sh -c '$RESET_PG && $CLEAR $WORK/out-before-queue'"
-    -n "before prestage --queue --jobs 16" "$BEFORE_BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-before-queue --jobs 16 --json --queue $PG_URL")
+    --prepare "sh -c '$RESET_BEFORE_PG && $CLEAR $WORK/out-before-queue'"
+    -n "before prestage --queue --jobs 16" "$BEFORE_BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-before-queue --jobs 16 --json --queue $BEFORE_PG_URL")
 fi
 COURIER=(--prepare "$CLEAR $WORK/out-courier"
   -n "courier prestage --jobs 16" "$BIN prestage --catalog $WORK/catalog.json --dest $WORK/out-courier --jobs 16 --json"
