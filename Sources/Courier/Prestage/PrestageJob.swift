@@ -218,10 +218,44 @@ public struct PrestageJob: Sendable {
         // a sync covers it, one `syncPublished` for every package staged meanwhile.
         let tree = self.tree
         let sync = queue.recordsOutliveProcess ? GroupSync { try tree.syncPublished() } : nil
-        await withTaskGroup(of: Void.self) { group in
-            for index in 0..<workers {
-                group.addTask {
-                    await work(worker: "\(prefix)-\(index)", downloads: downloads, sync: sync, events: events)
+        // With leases, one loop renews every task being staged (not a sleeping task per package).
+        let leases = queue.heartbeatInterval.map { _ in LeasesInFlight() }
+        await withTaskGroup(of: Void.self) { keeper in
+            if let interval = queue.heartbeatInterval, let leases {
+                keeper.addTask { await renew(leases, every: interval) }
+            }
+            await withTaskGroup(of: Void.self) { group in
+                for index in 0..<workers {
+                    group.addTask {
+                        await work(worker: "\(prefix)-\(index)", downloads: downloads, sync: sync, leases: leases, events: events)
+                    }
+                }
+            }
+            keeper.cancelAll()
+        }
+    }
+
+    /// Renews the lease of every task in `leases` each `interval` until cancelled. A task whose
+    /// lease was lost is dropped from it (its stage goes on; its record will not overwrite the
+    /// outcome of the worker that took it over). A missed renewal is tried again next time: the
+    /// lease outlasts a few.
+    private func renew(_ leases: LeasesInFlight, every interval: Duration) async {
+        while true {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            for (task, worker) in leases.all {
+                do {
+                    if try await !queue.renew(task, worker: worker) {
+                        leases.remove(task.downloadId)
+                        logger.notice("the lease on a pre-staging task was lost", metadata: ["download-id": "\(task.downloadId)"])
+                    }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    logger.warning("cannot renew a pre-staging lease", metadata: ["error": "\(error)"])
                 }
             }
         }
@@ -292,7 +326,9 @@ public struct PrestageJob: Sendable {
     /// waits for at most two syncs whatever that bound (each sync covers every package published
     /// before it started), so the bound only keeps a slow sync (a busy disk) from stopping the
     /// worker after every package.
-    private func work(worker: String, downloads: URL, sync: GroupSync?, events: @escaping @Sendable (PrestageEvent) -> Void) async {
+    private func work(
+        worker: String, downloads: URL, sync: GroupSync?, leases: LeasesInFlight?, events: @escaping @Sendable (PrestageEvent) -> Void
+    ) async {
         await withTaskGroup(of: Void.self) { pending in
             var outstanding = 0
             while !Task.isCancelled {
@@ -317,7 +353,9 @@ public struct PrestageJob: Sendable {
                 PrestageMetrics.claimed.increment()
                 events(.started(task))
                 let started = ContinuousClock.now
-                let outcome = await stageWithHeartbeat(task, worker: worker, downloads: downloads, events: events)
+                leases?.add(task, worker: worker)
+                let outcome = await stageOutcome(task, downloads: downloads, events: events)
+                leases?.remove(task.downloadId)
                 guard let sync, case .staged = outcome else {
                     await record(task, worker: worker, outcome: outcome, started: started, events: events)
                     continue
@@ -379,50 +417,15 @@ public struct PrestageJob: Sendable {
         }
     }
 
-    /// Stages `task`, renewing the worker's lease every `heartbeatInterval` while it runs.
-    private func stageWithHeartbeat(
-        _ task: PrestageTask,
-        worker: String,
-        downloads: URL,
-        events: @escaping @Sendable (PrestageEvent) -> Void
+    /// Stages `task`; its outcome (a failure is an outcome, not an error).
+    private func stageOutcome(
+        _ task: PrestageTask, downloads: URL, events: @escaping @Sendable (PrestageEvent) -> Void
     ) async -> PrestageOutcome {
-        await withTaskGroup(of: PrestageOutcome?.self) { group in
-            group.addTask {
-                do {
-                    let (bytes, unpacked) = try await stage(task, downloads: downloads, events: events)
-                    return .staged(bytesFetched: bytes, unpackedLength: unpacked)
-                } catch {
-                    return .failed((error as? CourierError) ?? CourierError(.internal, "\(error)"))
-                }
-            }
-            if let interval = queue.heartbeatInterval {
-                let queue = self.queue
-                let logger = self.logger
-                group.addTask {
-                    while true {
-                        do {
-                            try await Task.sleep(for: interval)
-                            if try await !queue.renew(task, worker: worker) {
-                                logger.notice("the lease on a pre-staging task was lost", metadata: ["download-id": "\(task.downloadId)"])
-                                return nil
-                            }
-                        } catch is CancellationError {
-                            return nil
-                        } catch {
-                            // A missed heartbeat is retried at the next interval; the lease outlasts a few.
-                            logger.warning("cannot renew a pre-staging lease", metadata: ["error": "\(error)"])
-                        }
-                    }
-                }
-            }
-            var result: PrestageOutcome = .failed(CourierError(.internal, "the staging task ended without an outcome"))
-            for await outcome in group {
-                if let outcome {
-                    result = outcome
-                    group.cancelAll()
-                }
-            }
-            return result
+        do {
+            let (bytes, unpacked) = try await stage(task, downloads: downloads, events: events)
+            return .staged(bytesFetched: bytes, unpackedLength: unpacked)
+        } catch {
+            return .failed((error as? CourierError) ?? CourierError(.internal, "\(error)"))
         }
     }
 
@@ -489,6 +492,24 @@ public enum PrestageMetrics {
 
     static func failed(_ code: CourierError.Code) -> Counter {
         Counter(label: "courier_prestage_tasks_failed_total", dimensions: [("code", code.rawValue)])
+    }
+}
+
+/// The tasks a job's workers are staging, with the worker of each: the leases its one heartbeat
+/// renews.
+final class LeasesInFlight: Sendable {
+    private let tasks = Mutex<[String: (task: PrestageTask, worker: String)]>([:])
+
+    func add(_ task: PrestageTask, worker: String) {
+        tasks.withLock { $0[task.downloadId] = (task, worker) }
+    }
+
+    func remove(_ downloadId: String) {
+        _ = tasks.withLock { $0.removeValue(forKey: downloadId) }
+    }
+
+    var all: [(task: PrestageTask, worker: String)] {
+        tasks.withLock { Array($0.values) }
     }
 }
 
