@@ -217,7 +217,7 @@ public struct PrestageJob: Sendable {
         // A shared queue's record outlives this machine: a package is recorded staged only once
         // a sync covers it, one `syncPublished` for every package staged meanwhile.
         let tree = self.tree
-        let sync = queue.recordsOutliveProcess ? GroupSync { try tree.syncPublished() } : nil
+        let sync = queue.recordsOutliveProcess ? GroupSync(spacing: Self.syncSpacing) { try tree.syncPublished() } : nil
         // With leases, one loop renews every task being staged (not a sleeping task per package).
         let leases = queue.heartbeatInterval.map { _ in LeasesInFlight() }
         await withTaskGroup(of: Void.self) { keeper in
@@ -341,6 +341,7 @@ public struct PrestageJob: Sendable {
                 }
                 guard let task = claimed else {
                     // This worker's own records first: the run may be waiting only for them.
+                    sync?.flush()
                     await pending.waitForAll()
                     outstanding = 0
                     do {
@@ -382,6 +383,10 @@ public struct PrestageJob: Sendable {
     /// until the check, not read back from the file: at most this much per job, the size of the
     /// read buffer a check from the file allocates (`PackageConfiguration.blockSize`).
     static let checkFromMemoryLimit = 1 << 20
+
+    /// The least time between two group syncs of a shared queue's run (a worker with nothing left
+    /// to claim starts a due one at once).
+    static let syncSpacing = Duration.milliseconds(10)
 
     /// Staged packages per worker whose record waits for a sync (with a shared queue).
     static let maxPendingRecords = 8
@@ -525,52 +530,94 @@ final class WrittenManifests: Sendable {
 }
 
 /// Group commit of a blocking sync: each caller returns once a sync that started after it called
-/// has completed; callers arriving while one runs share the next. Syncs run on a Dispatch thread.
+/// has completed; callers arriving while one runs share the next. Syncs run on a Dispatch thread,
+/// one at a time, and each starts at least `spacing` after the previous one started (unless
+/// `flush()` asks for it now): a shared queue's workers stage packages faster than the disk
+/// flushes, and back-to-back syncs (200 per run of 500 packages) each made the disk write and
+/// flush its cache for a few packages.
 final class GroupSync: Sendable {
     private struct State {
-        /// Syncs started so far, and whether one is running.
+        /// Syncs started so far, and whether one is running or due to start.
         var started: UInt64 = 0
         var running = false
+        var due = false
+        /// A flush came while a sync ran: the next one starts as soon as it ends.
+        var hurry = false
+        var lastStart: ContinuousClock.Instant?
         /// Callers waiting for the sync numbered `target` (or a later one) to complete.
         var waiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
     }
 
     private let body: @Sendable () throws -> Void
+    private let spacing: Duration
     private let state = Mutex(State())
 
-    init(_ body: @escaping @Sendable () throws -> Void) {
+    init(spacing: Duration = .zero, _ body: @escaping @Sendable () throws -> Void) {
         self.body = body
+        self.spacing = spacing
     }
 
     /// Returns once a sync started after this call has completed; throws its error.
     func sync() async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let start: UInt64? = state.withLock { state in
+            let start: (@Sendable () -> Void)? = state.withLock { state in
                 state.waiters.append((state.started + 1, continuation))
-                guard !state.running else { return nil }
-                state.running = true
-                state.started += 1
-                return state.started
+                return schedule(&state, now: false)
             }
-            if let start { run(start) }
+            start?()
+        }
+    }
+
+    /// Starts the next sync now if one is due (callers wait and nothing more is coming soon:
+    /// a worker with nothing left to claim).
+    func flush() {
+        let start: (@Sendable () -> Void)? = state.withLock { state in
+            state.hurry = true
+            return schedule(&state, now: true)
+        }
+        start?()
+    }
+
+    /// What starts the next sync, when callers wait and none runs: now, or once `spacing` has
+    /// passed since the last one started (nil when nothing is to be done here).
+    private func schedule(_ state: inout State, now: Bool) -> (@Sendable () -> Void)? {
+        guard !state.running, !state.waiters.isEmpty else { return nil }
+        let clock = ContinuousClock()
+        let wait = state.lastStart.map { spacing - $0.duration(to: clock.now) } ?? .zero
+        if now || wait <= .zero {
+            state.due = false
+            state.hurry = false
+            state.running = true
+            state.started += 1
+            state.lastStart = clock.now
+            let number = state.started
+            return { [self] in run(number) }
+        }
+        guard !state.due else { return nil }
+        state.due = true
+        let (seconds, attoseconds) = wait.components
+        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
+        return { [self] in
+            DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { [self] in
+                let start: (@Sendable () -> Void)? = self.state.withLock { state in
+                    state.due ? schedule(&state, now: true) : nil
+                }
+                start?()
+            }
         }
     }
 
     private func run(_ number: UInt64) {
         DispatchQueue.global(qos: .utility).async { [self] in
             let result = Result { try body() }
-            let (done, next): ([CheckedContinuation<Void, any Error>], UInt64?) = state.withLock { state in
+            let (done, next): ([CheckedContinuation<Void, any Error>], (@Sendable () -> Void)?) = state.withLock { state in
                 let done = state.waiters.filter { $0.target <= number }.map(\.continuation)
                 state.waiters.removeAll { $0.target <= number }
-                guard !state.waiters.isEmpty else {
-                    state.running = false
-                    return (done, nil)
-                }
-                state.started += 1
-                return (done, state.started)
+                state.running = false
+                return (done, schedule(&state, now: state.hurry))
             }
             for continuation in done { continuation.resume(with: result) }
-            if let next { run(next) }
+            next?()
         }
     }
 }

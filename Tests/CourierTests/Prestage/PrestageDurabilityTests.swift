@@ -233,4 +233,43 @@ struct PrestageDurabilityTests {
         let failing = GroupSync { throw Failure() }
         await #expect(throws: Failure.self) { try await failing.sync() }
     }
+
+    @Test("group sync with spacing: a sync starts no sooner than the spacing after the last one, unless flushed")
+    func groupSyncSpacing() async throws {
+        let starts = Mutex<[ContinuousClock.Instant]>([])
+        let spacing = Duration.milliseconds(300)
+        let sync = GroupSync(spacing: spacing) { starts.withLock { $0.append(.now) } }
+        try await sync.sync()
+        // The next caller waits for the spacing: its sync starts 300 ms after the first started.
+        try await sync.sync()
+        var recorded = starts.withLock { $0 }
+        #expect(recorded.count == 2)
+        // (Measured inside the syncs, a few milliseconds after each started: a little slack.)
+        #expect(recorded[0].duration(to: recorded[1]) >= spacing - .milliseconds(20))
+        // Callers arriving together during the spacing share the one sync that follows it.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 { group.addTask { try await sync.sync() } }
+            try await group.waitForAll()
+        }
+        recorded = starts.withLock { $0 }
+        #expect(recorded.count == 3)
+        // A flush starts a due sync at once (a worker with nothing left to claim), well before
+        // a spacing of 5 s.
+        let long = Duration.seconds(5)
+        let flushedStarts = Mutex<[ContinuousClock.Instant]>([])
+        let flushable = GroupSync(spacing: long) { flushedStarts.withLock { $0.append(.now) } }
+        try await flushable.sync()
+        let asked = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await flushable.sync() }
+            group.addTask {
+                try await Task.sleep(for: .milliseconds(20))
+                flushable.flush()
+            }
+            try await group.waitForAll()
+        }
+        let flushed = flushedStarts.withLock { $0 }
+        #expect(flushed.count == 2)
+        #expect(asked.duration(to: flushed[1]) < long)
+    }
 }
