@@ -81,8 +81,15 @@ public final class PostgresServer: @unchecked Sendable {  // @unchecked: immutab
             let log = directory.appending("postgres.log")
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+            // Under a shell that stops the server once this test process is gone: a test run
+            // that crashed (an assertion, a signal) left its servers running before.
+            let watchdog = """
+                "$0" "$@" & server=$!
+                while [ -d /proc/\(getpid()) ] && kill -0 $server 2>/dev/null; do sleep 0.5; done
+                kill -INT $server 2>/dev/null; wait $server
+                """
             process.arguments = [
-                "-u", "postgres", "--", Self.binDirectory + "/postgres", "-D", data.path, "-p", "\(port)",
+                "-u", "postgres", "--", "/bin/sh", "-c", watchdog, Self.binDirectory + "/postgres", "-D", data.path, "-p", "\(port)",
                 "-c", "listen_addresses=" + (["127.0.0.1"] + extraListenAddresses).joined(separator: ","),
                 "-c", "unix_socket_directories=", "-c", "fsync=off", "-c", "synchronous_commit=off",
                 "-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=32MB",

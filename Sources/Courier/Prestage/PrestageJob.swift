@@ -568,6 +568,9 @@ final class GroupSync: Sendable {
         }
     }
 
+    /// Callers waiting for a sync (tests).
+    var waitingCount: Int { state.withLock { $0.waiters.count } }
+
     /// Starts the next sync now if one is due (callers wait and nothing more is coming soon:
     /// a worker with nothing left to claim).
     func flush() {

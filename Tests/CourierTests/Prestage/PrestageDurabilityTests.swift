@@ -237,8 +237,13 @@ struct PrestageDurabilityTests {
     @Test("group sync with spacing: a sync starts no sooner than the spacing after the last one, unless flushed")
     func groupSyncSpacing() async throws {
         let starts = Mutex<[ContinuousClock.Instant]>([])
+        // Closed, a sync waits in its body until the test opens it.
+        let gate = Mutex<DispatchSemaphore?>(nil)
         let spacing = Duration.milliseconds(300)
-        let sync = GroupSync(spacing: spacing) { starts.withLock { $0.append(.now) } }
+        let sync = GroupSync(spacing: spacing) {
+            starts.withLock { $0.append(.now) }
+            gate.withLock { $0 }?.wait()
+        }
         try await sync.sync()
         // The next caller waits for the spacing: its sync starts 300 ms after the first started.
         try await sync.sync()
@@ -246,13 +251,20 @@ struct PrestageDurabilityTests {
         #expect(recorded.count == 2)
         // (Measured inside the syncs, a few milliseconds after each started: a little slack.)
         #expect(recorded[0].duration(to: recorded[1]) >= spacing - .milliseconds(20))
-        // Callers arriving together during the spacing share the one sync that follows it.
+        // Callers that arrive while a sync runs share the one sync that follows it.
+        let held = DispatchSemaphore(value: 0)
+        gate.withLock { $0 = held }
         try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sync.sync() }
+            while starts.withLock({ $0.count }) < 3 { try await Task.sleep(for: .milliseconds(5)) }
             for _ in 0..<8 { group.addTask { try await sync.sync() } }
+            while sync.waitingCount < 9 { try await Task.sleep(for: .milliseconds(5)) }
+            gate.withLock { $0 = nil }
+            held.signal()
             try await group.waitForAll()
         }
         recorded = starts.withLock { $0 }
-        #expect(recorded.count == 3)
+        #expect(recorded.count == 4)
         // A flush starts a due sync at once (a worker with nothing left to claim), well before
         // a spacing of 5 s.
         let long = Duration.seconds(5)
@@ -263,7 +275,8 @@ struct PrestageDurabilityTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await flushable.sync() }
             group.addTask {
-                try await Task.sleep(for: .milliseconds(20))
+                // Once the caller waits (its sync due in 5 s), a flush starts it now.
+                while flushable.waitingCount < 1 { try await Task.sleep(for: .milliseconds(5)) }
                 flushable.flush()
             }
             try await group.waitForAll()
