@@ -132,12 +132,8 @@ public enum PostgresSchema {
                     )
                     """,
                     logger: logger)
-                var version = 0
-                for try await value in try await connection.query(
-                    "SELECT coalesce(max(version), 0) FROM courier_schema_version", logger: logger
-                ).decode(Int.self) {
-                    version = value
-                }
+                // The table exists now (another process may have migrated meanwhile): look again.
+                let version = try await recordedVersion(connection, logger: logger) ?? 0
                 try refuseNewer(version)
                 for migration in migrations where migration.version > version && migration.version <= target {
                     for statement in migration.statements {

@@ -194,6 +194,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                     let task = try decoder.decode(PrestageTask.self, from: Data(document.utf8))
                     guard task.downloadId == id else { throw CourierError(.integrity, "the row of \(id) holds the task of \(task.downloadId)") }
                     read.append(task)
+                } catch let error as CourierError {
+                    throw error
                 } catch {
                     throw CourierError(.integrity, "a queued pre-staging task cannot be read", cause: "\(error)")
                 }

@@ -38,22 +38,9 @@ final class ArchiveReader {
     /// Opens `url`: a whole zip, read through its central directory; or, when `streamable`, the
     /// bytes of entries from their local headers on (a delta update's fetched entry: its local
     /// header, data and data descriptor), read front to back.
-    init(url: URL, blockSize: Int, streamable: Bool = false) throws {
-        guard let handle = archive_read_new() else {
-            throw CourierError(.internal, "libarchive could not allocate a reader")
-        }
-        self.handle = handle
-        self.path = url.path
-        previousLocale = Self.utf8Locale.value.map { uselocale($0) }
-        if streamable {
-            archive_read_support_format_zip_streamable(handle)
-        } else {
-            archive_read_support_format_zip_seekable(handle)
-        }
-        if archive_read_open_filename(handle, url.path, max(blockSize, 16 << 10)) != ARCHIVE_OK {
-            let error = Self.integrity(handle, "cannot read \(url.lastPathComponent) as a zip package")
-            close()
-            throw error
+    convenience init(url: URL, blockSize: Int, streamable: Bool = false) throws {
+        try self.init(path: url.path, streamable: streamable) { handle in
+            archive_read_open_filename(handle, url.path, max(blockSize, 16 << 10))
         }
     }
 
@@ -61,15 +48,28 @@ final class ArchiveReader {
     /// reads a file: the bytes a download just wrote, so a check reads no file back. libarchive
     /// reads them in place (no copy): `bytes` must stay valid and unchanged until `close()`.
     /// `path` names the file they are the bytes of, in errors.
-    init(bytes: UnsafeRawBufferPointer, path: String) throws {
+    convenience init(bytes: UnsafeRawBufferPointer, path: String) throws {
+        try self.init(path: path, streamable: false) { handle in
+            guard let base = bytes.baseAddress else { return ARCHIVE_FATAL }
+            return archive_read_open_memory(handle, base, bytes.count)
+        }
+    }
+
+    /// A reader of the zip format chosen, opened by `open` (libarchive's status), on this thread's
+    /// C.UTF-8 `LC_CTYPE`.
+    private init(path: String, streamable: Bool, open: (OpaquePointer) -> Int32) throws {
         guard let handle = archive_read_new() else {
             throw CourierError(.internal, "libarchive could not allocate a reader")
         }
         self.handle = handle
         self.path = path
         previousLocale = Self.utf8Locale.value.map { uselocale($0) }
-        archive_read_support_format_zip_seekable(handle)
-        guard let base = bytes.baseAddress, archive_read_open_memory(handle, base, bytes.count) == ARCHIVE_OK else {
+        if streamable {
+            archive_read_support_format_zip_streamable(handle)
+        } else {
+            archive_read_support_format_zip_seekable(handle)
+        }
+        if open(handle) != ARCHIVE_OK {
             let error = Self.integrity(handle, "cannot read \(URL(fileURLWithPath: path).lastPathComponent) as a zip package")
             close()
             throw error
