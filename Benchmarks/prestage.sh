@@ -124,6 +124,7 @@ cat > "$WORK/clear.sh" <<SH
 # clear.sh DIR [mkdir]: removes DIR (with TRASH, moves it into $WORK/trash) and makes it again.
 if [ -n "${TRASH}" ] && [ -e "\$1" ]; then mv "\$1" "$WORK/trash/\$\$"; else rm -rf "\$1"; fi
 [ -z "\${2:-}" ] || mkdir -p "\$1"
+sync -f "$WORK"
 SH
 CLEAR="sh $WORK/clear.sh"
 $CLEAR "$WORK/out-first"
