@@ -77,13 +77,60 @@ struct PostgresQueueTests {
         try server.psql("INSERT INTO prestage_run (run_key, plan) VALUES ('old', '{\"tasks\": [1, 2]}'::jsonb)")
         try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier, task) SELECT run_id, 'd', 'c', '{\"x\": 1}' FROM prestage_run")
         #expect(try server.psql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'prestage_run'::regclass AND attname = 'plan'") == "jsonb")
-        #expect(try await PostgresSchema.migrate(connection: connection, logger: Self.logger) == 2)
+        #expect(try await PostgresSchema.migrate(connection: connection, upTo: 2, logger: Self.logger) == 2)
         try await connection.close()
         #expect(try server.psql("SELECT format_type(atttypid, atttypmod) || ' ' || attstorage::text FROM pg_attribute WHERE attrelid = 'prestage_run'::regclass AND attname = 'plan'") == "bytea e")
         #expect(try server.psql("SELECT convert_from(plan, 'UTF8')::jsonb = '{\"tasks\": [1, 2]}'::jsonb FROM prestage_run") == "t")
         #expect(try server.psql("SELECT task::text FROM prestage_task") == "{\"x\": 1}")
         try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, 'e', 'c' FROM prestage_run")
         #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE task IS NULL") == "1")
+    }
+
+    @Test("a version 2 database migrates to 3: its tasks are numbered in the order they were inserted, new ones after them")
+    func migrationThree() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let url = try PostgresURL(parsing: server.url)
+        let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: Self.logger)
+        #expect(try await PostgresSchema.migrate(connection: connection, upTo: 2, logger: Self.logger) == 2)
+        try server.psql("INSERT INTO prestage_run (run_key, plan) VALUES ('old', '\\x7b7d')")
+        try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, d, 'c' FROM prestage_run, unnest(ARRAY['z', 'a', 'm']) d")
+        #expect(try await PostgresSchema.migrate(connection: connection, logger: Self.logger) == 3)
+        try await connection.close()
+        #expect(try server.psql("SELECT string_agg(download_id, ',' ORDER BY seq) FROM prestage_task") == "z,a,m")
+        try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, 'b', 'c' FROM prestage_run")
+        #expect(try server.psql("SELECT string_agg(download_id, ',' ORDER BY seq) FROM prestage_task") == "z,a,m,b")
+        #expect(try server.psql("SELECT count(*) FROM pg_indexes WHERE indexname = 'prestage_task_waiting'") == "1")
+    }
+
+    @Test("claims take the run's tasks in order from where this process left off; one handed back behind it is claimed after those ahead")
+    func claimsInOrder() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            let runId = try await Self.newRun(client)
+            let one = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            let other = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            let tasks = (0..<6).map(queueTask)
+            try await one.enqueue(tasks)
+            func claim(_ queue: PostgresWorkQueue, _ worker: String) async throws -> Int? {
+                guard let task = try await queue.claim(worker: worker) else { return nil }
+                return tasks.firstIndex { $0.downloadId == task.downloadId }
+            }
+            #expect(try await claim(one, "a") == 0)
+            #expect(try await claim(one, "a") == 1)
+            // Another process starts from the beginning of the run, past what is claimed.
+            #expect(try await claim(other, "x") == 2)
+            #expect(try await claim(one, "a") == 3)
+            // Task 0 comes back (its worker was interrupted): the tasks ahead go first, then it.
+            #expect(try await one.complete(tasks[0], worker: "a", outcome: .failed(CourierError(.paused, "SIGINT"))))
+            #expect(try await claim(one, "a") == 4)
+            #expect(try await claim(one, "a") == 5)
+            #expect(try await claim(one, "a") == 0)
+            #expect(try await claim(one, "a") == nil)
+            #expect(try await claim(other, "x") == nil)
+            #expect(try server.psql("SELECT count(*) FROM prestage_task WHERE state = 'claimed'") == "6")
+        }
     }
 
     @Test("claim, lease and complete: a task is handed to one worker; a lost lease cannot overwrite the new owner's outcome")
