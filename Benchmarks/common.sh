@@ -95,3 +95,16 @@ if hwm: print(f"  last VmHWM sampled: {kib(hwm) / 1024:.1f} MiB")
 if not dumped: print("  (the download ended before half the file could be sampled: use a bigger file)")
 PY
 }
+
+# start_postgres -> sets PG_URL and PSQL (a psql command line): PostgreSQL from Debian's binaries
+# (PG_BIN) in $WORK/pg, on a free loopback port. It refuses root, so it runs as postgres (runuser).
+# EXTRA_PG_OPTIONS: more server options (e.g. "-c shared_preload_libraries=pg_stat_statements").
+start_postgres() {
+  chmod 755 "$WORK"; mkdir "$WORK/pg" "$WORK/pglog"; chown postgres:postgres "$WORK/pg" "$WORK/pglog"; chmod 700 "$WORK/pg"
+  runuser -u postgres -- "$PG_BIN/initdb" -D "$WORK/pg" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+  local port; port=$(free_port)
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pglog/postgres.log" -w start \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=300 ${EXTRA_PG_OPTIONS:-}" >/dev/null
+  PG_URL="postgresql://postgres@127.0.0.1:$port/postgres"
+  PSQL=(runuser -u postgres -- "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -d postgres -X -q)
+}

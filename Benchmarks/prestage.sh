@@ -49,17 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_postgres -> sets PG_URL; PostgreSQL refuses root, so it runs as postgres (runuser).
-start_postgres() {
-  chmod 755 "$WORK"; mkdir "$WORK/pg" "$WORK/pglog"; chown postgres:postgres "$WORK/pg" "$WORK/pglog"; chmod 700 "$WORK/pg"
-  runuser -u postgres -- "$PG_BIN/initdb" -D "$WORK/pg" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
-  local port; port=$(free_port)
-  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pglog/postgres.log" -w start \
-    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories= -c max_connections=300" >/dev/null
-  PG_URL="postgresql://postgres@127.0.0.1:$port/postgres"
-  PSQL=(runuser -u postgres -- "$PG_BIN/psql" -h 127.0.0.1 -p "$port" -d postgres -X -q)
-}
-
 mkdir -p "$WORK/upstream" "$WORK/src"
 start_nginx "$WORK/upstream" "$WORK"
 BASE="http://127.0.0.1:$NGINX_PORT"
