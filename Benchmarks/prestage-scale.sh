@@ -75,7 +75,7 @@ for run in $(seq 1 "$RUNS"); do
     # statistics of a run in progress. ANALYZE=between: vacuumed and analyzed before each run, as
     # between runs hours apart. ANALYZE=auto: autovacuum alone, whenever it comes.
     case "${ANALYZE:-mid}" in
-      between) "${psql_db[@]}" -c "VACUUM ANALYZE prestage_task, prestage_run" >/dev/null ;;
+      between) [ "$run" = 1 ] || "${psql_db[@]}" -c "VACUUM ANALYZE prestage_task, prestage_run" >/dev/null ;;
       mid)
         ( for _ in $(seq 600); do
             staged=$("${psql_db[@]}" -c "SELECT count(*) FROM prestage_task WHERE state = 'staged'

@@ -233,7 +233,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                         UPDATE prestage_task SET state = 'waiting', worker = NULL, lease_expires_at = NULL,
                             attempts = greatest(attempts - 1, 0)
                         FROM \(unescaped: Self.asynchronousCommit)
-                        WHERE run_id = \(runId) AND download_id = \(waiting.task.downloadId) AND state = 'claimed'
+                        WHERE run_id = \(runId) AND download_id = \(waiting.task.downloadId) AND state IS NOT DISTINCT FROM 'claimed'
                           AND worker = \(waiting.owner)
                         RETURNING 1
                         """, logger: logger)
@@ -255,7 +255,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                     """
                     UPDATE prestage_task SET state = 'waiting', worker = NULL, lease_expires_at = NULL
                     FROM \(unescaped: Self.asynchronousCommit)
-                    WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(owner)
+                    WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state IS NOT DISTINCT FROM 'claimed' AND worker = \(owner)
                     RETURNING 1
                     """, logger: logger)
             }
@@ -276,6 +276,9 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         }
     }
 
+    /// (Statements on one task find it by its key: `state IS NOT DISTINCT FROM 'claimed'` is no
+    /// index condition, so the index of claimed rows, whose dead entries a run's claims and
+    /// records leave until a vacuum, is never scanned in its place; see `RecordStatement`.)
     public func renew(_ task: PrestageTask, worker: String) async throws -> Bool {
         let owner = claimed.owner(of: task.downloadId, startedBy: worker)
         return try await updated("cannot renew a pre-staging lease in PostgreSQL") {
@@ -283,7 +286,7 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                 """
                 UPDATE prestage_task SET lease_expires_at = now() + make_interval(secs => \(leaseSeconds))
                 FROM \(unescaped: Self.asynchronousCommit)
-                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state = 'claimed' AND worker = \(owner)
+                WHERE run_id = \(runId) AND download_id = \(task.downloadId) AND state IS NOT DISTINCT FROM 'claimed' AND worker = \(owner)
                 RETURNING 1
                 """, logger: logger)
         }
