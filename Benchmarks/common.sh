@@ -96,6 +96,16 @@ if not dumped: print("  (the download ended before half the file could be sample
 PY
 }
 
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+
+# cleanup_work -> the EXIT trap of a benchmark with a $WORK folder: stops its nginx and its
+# PostgreSQL (when started), then removes $WORK.
+cleanup_work() {
+  [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null
+  [ -d "$WORK/pg" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" stop -m immediate >/dev/null 2>&1
+  wait 2>/dev/null; rm -rf "$WORK"
+}
+
 # start_postgres -> sets PG_URL and PSQL (a psql command line): PostgreSQL from Debian's binaries
 # (PG_BIN) in $WORK/pg, on a free loopback port. It refuses root, so it runs as postgres (runuser).
 # EXTRA_PG_OPTIONS: more server options (e.g. "-c shared_preload_libraries=pg_stat_statements").

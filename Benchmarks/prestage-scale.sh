@@ -20,13 +20,7 @@ RUNS=${RUNS:-3}
 JOBS=${JOBS:-16}
 if [ -z "${COURIER_BIN:-}" ]; then build_release; else BIN=$COURIER_BIN; fi
 WORK=$(mktemp -d "${BENCH_DIR:-/tmp}/courier-bench-scale.XXXXXX")
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-cleanup() {
-  [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null
-  [ -d "$WORK/pg" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" stop -m immediate >/dev/null 2>&1
-  wait 2>/dev/null; rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap cleanup_work EXIT
 
 mkdir -p "$WORK/upstream"
 start_nginx "$WORK/upstream" "$WORK"

@@ -41,13 +41,7 @@ fi
 # (see above); a folder of its own made at the top of the filesystem (ext4 spreads those over
 # the groups) measures the tools instead. docs/scaling.md reports both.
 WORK=$(mktemp -d "${BENCH_DIR:-/tmp}/courier-bench-prestage.XXXXXX")
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-cleanup() {
-  [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null
-  [ -d "$WORK/pg" ] && runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" stop -m immediate >/dev/null 2>&1
-  wait 2>/dev/null; rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap cleanup_work EXIT
 
 mkdir -p "$WORK/upstream" "$WORK/src"
 start_nginx "$WORK/upstream" "$WORK"
