@@ -39,6 +39,14 @@ struct PostgresQueueTests {
         throw CourierError(.internal, "no run id")
     }
 
+    /// A connection to `server`, whose schema is migrated up to `version` (an older database).
+    static func connection(to server: PostgresServer, migratedTo version: Int) async throws -> PostgresConnection {
+        let url = try PostgresURL(parsing: server.url)
+        let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: logger)
+        #expect(try await PostgresSchema.migrate(connection: connection, upTo: version, logger: logger) == version)
+        return connection
+    }
+
     @Test("PostgreSQL binaries are installed (scripts/setup installs them; the suite needs them)")
     func binariesInstalled() {
         #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
@@ -71,9 +79,7 @@ struct PostgresQueueTests {
     func migrationTwo() async throws {
         let server = try PostgresServer()
         defer { server.stop() }
-        let url = try PostgresURL(parsing: server.url)
-        let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: Self.logger)
-        #expect(try await PostgresSchema.migrate(connection: connection, upTo: 1, logger: Self.logger) == 1)
+        let connection = try await Self.connection(to: server, migratedTo: 1)
         try server.psql("INSERT INTO prestage_run (run_key, plan) VALUES ('old', '{\"tasks\": [1, 2]}'::jsonb)")
         try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier, task) SELECT run_id, 'd', 'c', '{\"x\": 1}' FROM prestage_run")
         #expect(try server.psql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'prestage_run'::regclass AND attname = 'plan'") == "jsonb")
@@ -90,9 +96,7 @@ struct PostgresQueueTests {
     func migrationThree() async throws {
         let server = try PostgresServer()
         defer { server.stop() }
-        let url = try PostgresURL(parsing: server.url)
-        let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: Self.logger)
-        #expect(try await PostgresSchema.migrate(connection: connection, upTo: 2, logger: Self.logger) == 2)
+        let connection = try await Self.connection(to: server, migratedTo: 2)
         try server.psql("INSERT INTO prestage_run (run_key, plan) VALUES ('old', '\\x7b7d')")
         try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, d, 'c' FROM prestage_run, unnest(ARRAY['z', 'a', 'm']) d")
         #expect(try await PostgresSchema.migrate(connection: connection, logger: Self.logger) == 3)
