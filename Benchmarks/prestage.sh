@@ -11,9 +11,10 @@
 # PostgreSQL runs from Debian's binaries (PG_BIN) as the postgres user in a temporary folder.
 # STRACE=1 counts sync and metadata syscalls per package instead (see below).
 #
-# Before each timed run, every command's previous output is moved aside (TRASH=1, the default)
-# and only removed when the script ends; TRASH=0 removes it with `rm -rf` instead. Every command,
-# curl's and aria2c's included, gets the same treatment either way. Moving aside is the default
+# Before each timed run, the work folder's filesystem is synced (so no command waits for another's
+# unwritten output in its own sync), and every command's previous output is moved aside (TRASH=1,
+# the default) and only removed when the script ends; TRASH=0 removes it with `rm -rf` instead.
+# Every command, curl's and aria2c's included, gets the same treatment either way. Moving aside is the default
 # because on ext4 without a journal (this machine's) each new inode skips every inode of its
 # group freed in the last 1-6 minutes (`recently_deleted`, a scan from the start of the group per
 # new inode): after `rm -rf`, a run pays for what the runs before it deleted, its own and the

@@ -139,6 +139,25 @@ struct PostgresQueueTests {
         }
     }
 
+    @Test("claims follow the tasks' places in the run (seq), not where their rows lie in the table")
+    func claimsFollowSeq() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try await withPostgresClient(server) { client in
+            let runId = try await Self.newRun(client)
+            let queue = PostgresWorkQueue(client: client, runId: runId, lease: .seconds(60), logger: Self.logger)
+            let tasks = (0..<4).map(queueTask)
+            try await queue.enqueue(tasks)
+            // The places reversed: the rows still lie in insertion order, the run's order is 3, 2, 1, 0.
+            try server.psql("UPDATE prestage_task SET seq = 1000 - seq")
+            var order: [Int] = []
+            while let task = try await queue.claim(worker: "a") {
+                order.append(try #require(tasks.firstIndex { $0.downloadId == task.downloadId }))
+            }
+            #expect(order == [3, 2, 1, 0])
+        }
+    }
+
     @Test("claim, lease and complete: a task is handed to one worker; a lost lease cannot overwrite the new owner's outcome")
     func claimLeaseComplete() async throws {
         let server = try PostgresServer()
