@@ -151,8 +151,10 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
         claimed.asked(by: worker)
         let task = try await nextTask(for: worker)
         if task == nil {
-            // The worker is about to wait for its records (and the run for everyone's): no gather.
-            records.flush()
+            // The worker is about to wait for its records (and the run for everyone's): no gather,
+            // for these nor for those still to come (the run is ending: a gathering record would
+            // only hold its end up).
+            records.stopGathering()
         }
         return task
     }
@@ -594,6 +596,8 @@ final class GroupedRequests<Request: Sendable, Value: Sendable>: Sendable {
         var running = false
         /// Whether the next batch goes without gathering (`flush`, an urgent request).
         var urgent = false
+        /// Whether no batch gathers any more (`stopGathering`).
+        var stopped = false
     }
 
     private let state = Mutex(State())
@@ -635,11 +639,17 @@ final class GroupedRequests<Request: Sendable, Value: Sendable>: Sendable {
         woken.signal()
     }
 
+    /// Takes every batch from now on without waiting for more requests, the next one included.
+    func stopGathering() {
+        state.withLock { $0.stopped = true }
+        woken.signal()
+    }
+
     private func drain() async {
         while true {
             if let gather {
                 let seen = woken.generation
-                if !state.withLock({ $0.urgent }) {
+                if !state.withLock({ $0.urgent || $0.stopped }) {
                     try? await woken.wait(upTo: gather, unlessSignalledSince: seen)
                 }
             }
@@ -753,6 +763,11 @@ final class RecordBatcher: Sendable {
     /// Records what waits now, without gathering more.
     func flush() {
         requests.flush()
+    }
+
+    /// Records what waits now and every later record at once, without gathering.
+    func stopGathering() {
+        requests.stopGathering()
     }
 
     /// One statement for every record; returns the download ids recorded.

@@ -532,7 +532,7 @@ final class WrittenManifests: Sendable {
 /// Group commit of a blocking sync: each caller returns once a sync that started after it called
 /// has completed; callers arriving while one runs share the next. Syncs run on a Dispatch thread,
 /// one at a time, and each starts at least `spacing` after the previous one started (unless
-/// `flush()` asks for it now): a shared queue's workers stage packages faster than the disk
+/// `flush()` asks for it now, or asked before: the run is ending): a shared queue's workers stage packages faster than the disk
 /// flushes, and back-to-back syncs (200 per run of 500 packages) each made the disk write and
 /// flush its cache for a few packages.
 final class GroupSync: Sendable {
@@ -543,6 +543,8 @@ final class GroupSync: Sendable {
         var due = false
         /// A flush came while a sync ran: the next one starts as soon as it ends.
         var hurry = false
+        /// A flush came: the run is ending, no sync waits for the spacing any more.
+        var ending = false
         var lastStart: ContinuousClock.Instant?
         /// Callers waiting for the sync numbered `target` (or a later one) to complete.
         var waiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
@@ -571,11 +573,13 @@ final class GroupSync: Sendable {
     /// Callers waiting for a sync (tests).
     var waitingCount: Int { state.withLock { $0.waiters.count } }
 
-    /// Starts the next sync now if one is due (callers wait and nothing more is coming soon:
-    /// a worker with nothing left to claim).
+    /// Starts the next sync now if one is due, and every later one without waiting for the
+    /// spacing (callers wait and nothing more is coming soon: a worker with nothing left to claim,
+    /// so the run is ending and the few packages still being staged should not wait).
     func flush() {
         let start: (@Sendable () -> Void)? = state.withLock { state in
             state.hurry = true
+            state.ending = true
             return schedule(&state, now: true)
         }
         start?()
@@ -587,7 +591,7 @@ final class GroupSync: Sendable {
         guard !state.running, !state.waiters.isEmpty else { return nil }
         let clock = ContinuousClock()
         let wait = state.lastStart.map { spacing - $0.duration(to: clock.now) } ?? .zero
-        if now || wait <= .zero {
+        if now || state.ending || wait <= .zero {
             state.due = false
             state.hurry = false
             state.running = true

@@ -762,7 +762,7 @@ struct GroupedRequestsTests {
         #expect(batches.all == [10, 1])
     }
 
-    @Test("an urgent request and a flush end the gather at once")
+    @Test("an urgent request and a flush end the gather at once; once gathering stopped, no request waits")
     func urgentAndFlush() async throws {
         let batches = Batches()
         let grouped = Self.grouped(gather: .seconds(60), batches: batches)
@@ -776,6 +776,13 @@ struct GroupedRequestsTests {
         #expect(try await waiting.value == 4)
         #expect(start.duration(to: clock.now) < .seconds(30))
         #expect(batches.all == [1, 1])
+        // Once gathering stopped (a worker ran out of tasks: the run is ending), no later request
+        // waits for a gather either.
+        grouped.stopGathering()
+        #expect(try await grouped.submit(3) == 6)
+        #expect(try await grouped.submit(4) == 8)
+        #expect(start.duration(to: clock.now) < .seconds(30))
+        #expect(batches.all == [1, 1, 1, 1])
     }
 
     @Test("without a gather, requests made while a batch runs share the next")

@@ -234,7 +234,7 @@ struct PrestageDurabilityTests {
         await #expect(throws: Failure.self) { try await failing.sync() }
     }
 
-    @Test("group sync with spacing: a sync starts no sooner than the spacing after the last one, unless flushed")
+    @Test("group sync with spacing: a sync starts no sooner than the spacing after the last one, unless flushed; after a flush none waits")
     func groupSyncSpacing() async throws {
         let starts = Mutex<[ContinuousClock.Instant]>([])
         // Closed, a sync waits in its body until the test opens it.
@@ -281,8 +281,15 @@ struct PrestageDurabilityTests {
             }
             try await group.waitForAll()
         }
-        let flushed = flushedStarts.withLock { $0 }
+        var flushed = flushedStarts.withLock { $0 }
         #expect(flushed.count == 2)
         #expect(asked.duration(to: flushed[1]) < long)
+        // After a flush the run is ending: a later caller's sync starts at once too, not 5 s after
+        // the previous one.
+        let after = ContinuousClock.now
+        try await flushable.sync()
+        flushed = flushedStarts.withLock { $0 }
+        #expect(flushed.count == 3)
+        #expect(after.duration(to: flushed[2]) < .seconds(2))
     }
 }
