@@ -23,7 +23,9 @@
 # tool; a prestage in production adds to a tree and removes unlisted packages a day later. TRASH=0
 # stays available and its figures are reported too (docs/scaling.md): courier creates the three
 # inodes a package needs in the published layout (the package, its manifest, its product folder)
-# where curl creates one, so it pays that scan three times per package.
+# where curl creates one, so it pays that scan three times per package. For the same reason a run
+# started within about six minutes of another's end (which removes its trash), or of any large
+# `rm -rf` on the same filesystem, measures those removals too: leave that much time between runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/common.sh
