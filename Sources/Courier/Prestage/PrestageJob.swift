@@ -531,9 +531,9 @@ final class WrittenManifests: Sendable {
 
 /// Group commit of a blocking sync: each caller returns once a sync that started after it called
 /// has completed; callers arriving while one runs share the next. Syncs run on a Dispatch thread,
-/// one at a time, and each starts at least `spacing` after the previous one started (unless
-/// `flush()` asks for it now, or asked before: the run is ending): a shared queue's workers stage packages faster than the disk
-/// flushes, and back-to-back syncs (200 per run of 500 packages) each made the disk write and
+/// one at a time, and each starts at least `spacing` after the previous one started until the
+/// first `flush()` (the run is ending; from then on each starts at once): a shared queue's
+/// workers stage packages faster than the disk flushes, and back-to-back syncs (200 per run of 500 packages) each made the disk write and
 /// flush its cache for a few packages.
 final class GroupSync: Sendable {
     private struct State {
@@ -541,9 +541,8 @@ final class GroupSync: Sendable {
         var started: UInt64 = 0
         var running = false
         var due = false
-        /// A flush came while a sync ran: the next one starts as soon as it ends.
-        var hurry = false
-        /// A flush came: the run is ending, no sync waits for the spacing any more.
+        /// A flush came: the run is ending, no sync waits for the spacing any more (one asked
+        /// while a sync runs starts as soon as it ends).
         var ending = false
         var lastStart: ContinuousClock.Instant?
         /// Callers waiting for the sync numbered `target` (or a later one) to complete.
@@ -578,7 +577,6 @@ final class GroupSync: Sendable {
     /// so the run is ending and the few packages still being staged should not wait).
     func flush() {
         let start: (@Sendable () -> Void)? = state.withLock { state in
-            state.hurry = true
             state.ending = true
             return schedule(&state, now: true)
         }
@@ -593,7 +591,6 @@ final class GroupSync: Sendable {
         let wait = state.lastStart.map { spacing - $0.duration(to: clock.now) } ?? .zero
         if now || state.ending || wait <= .zero {
             state.due = false
-            state.hurry = false
             state.running = true
             state.started += 1
             state.lastStart = clock.now
@@ -621,7 +618,7 @@ final class GroupSync: Sendable {
                 let done = state.waiters.filter { $0.target <= number }.map(\.continuation)
                 state.waiters.removeAll { $0.target <= number }
                 state.running = false
-                return (done, schedule(&state, now: state.hurry))
+                return (done, schedule(&state, now: false))
             }
             for continuation in done { continuation.resume(with: result) }
             next?()
