@@ -79,30 +79,47 @@ public struct PostgresPrestage: Sendable {
         configuration.options.maximumConnections = Self.maximumConnections
         configuration.options.additionalStartupParameters.append(Self.genericPlans)
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        // The plan is made while PostgreSQL is reached, on another core: the process that turns
+        // out to be the coordinator needs it, checked still current (`coordinate`); the others
+        // drop it. Planning after the lock put the catalog's load and the plan (10-15 ms for
+        // 500 packages) after both connections, on one core, before the first download.
+        let runner = self.runner
+        let early = Task { try await runner.plan(catalog: location, relativeTo: base, products: products) }
+        defer { early.cancel() }
         // Not a child of this task: when SIGINT cancels the run, the workers still hand their
         // tasks back through the client before it stops.
         let pool = Task { await client.run() }
         defer { pool.cancel() }
         return try await coordinate(
-            client: client, catalog: location, relativeTo: base, products: products, runKey: runKey, events: events)
+            client: client, early: early, catalog: location, relativeTo: base, products: products, runKey: runKey, events: events)
     }
 
     private func coordinate(
-        client: PostgresClient, catalog location: String, relativeTo base: URL, products: Set<String>?, runKey: String,
-        events: @escaping @Sendable (PrestageEvent) -> Void
+        client: PostgresClient, early: Task<PrestagePlan, any Error>, catalog location: String, relativeTo base: URL,
+        products: Set<String>?, runKey: String, events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> PrestageSummary {
-        try await PostgresSchema.migrate(client, logger: logger)
-        let lock: PostgresConnection
-        do {
-            lock = try await PostgresConnection.connect(
-                configuration: try url.connectionConfiguration, id: 1, logger: logger)
-        } catch {
-            throw PostgresErrors.wrap(error, "cannot connect to PostgreSQL at \(url)")
+        // The lock's connection starts while the pool's checks the schema: two backends at once.
+        let url = self.url
+        let logger = self.logger
+        let connecting = Task {
+            do {
+                return try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: logger)
+            } catch {
+                throw PostgresErrors.wrap(error, "cannot connect to PostgreSQL at \(url)")
+            }
         }
+        do {
+            try await PostgresSchema.migrate(client, logger: logger)
+        } catch {
+            connecting.cancel()
+            try? await connecting.value.close()
+            throw error
+        }
+        let lock = try await connecting.value
         let news = await RunNews.listen(on: lock, logger: logger)
         do {
             let summary = try await coordinate(
-                client: client, lock: lock, news: news, catalog: location, relativeTo: base, products: products,
+                client: client, lock: lock, news: news, early: early, catalog: location, relativeTo: base, products: products,
                 runKey: runKey, events: events)
             news.stop()
             try? await lock.close()
@@ -115,12 +132,17 @@ public struct PostgresPrestage: Sendable {
     }
 
     private func coordinate(
-        client: PostgresClient, lock: PostgresConnection, news: RunNews, catalog location: String, relativeTo base: URL,
-        products: Set<String>?, runKey: String, events: @escaping @Sendable (PrestageEvent) -> Void
+        client: PostgresClient, lock: PostgresConnection, news: RunNews, early: Task<PrestagePlan, any Error>,
+        catalog location: String, relativeTo base: URL, products: Set<String>?, runKey: String,
+        events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> PrestageSummary {
         let runs = RunTable(client: client, logger: logger)
         var coordinator = false
+        // The plan made at the start serves the first look only: a process that waited for
+        // another coordinator plans afresh if it takes over.
+        var early: Task<PrestagePlan, any Error>? = early
         while true {
+            defer { early = nil }
             try checkInterrupted()
             // Anything heard from now on wakes the wait below at once.
             let seen = news.generation
@@ -133,7 +155,7 @@ public struct PostgresPrestage: Sendable {
                     try await pause(news, since: seen)
                     continue
                 }
-                let plan = try await runner.plan(catalog: location, relativeTo: base, products: products)
+                let plan = try await plan(early: early, catalog: location, relativeTo: base, products: products)
                 if plan.tasks.isEmpty {
                     events(PrestageJob.plannedEvent(plan))
                     logger.debug("nothing new to stage; no run inserted")
@@ -199,6 +221,19 @@ public struct PostgresPrestage: Sendable {
         PostgresWorkQueue(
             client: client, runId: runId, lease: lease, pollInterval: pollInterval, claimBatch: claimBatch,
             recordGather: Self.recordGather, tasks: tasks, logger: logger)
+    }
+
+    /// The plan made at the start when the tree's published catalog is still the one it was made
+    /// against (a run that published since may have staged what it lists), else a new one.
+    private func plan(
+        early: Task<PrestagePlan, any Error>?, catalog location: String, relativeTo base: URL, products: Set<String>?
+    ) async throws -> PrestagePlan {
+        if let early {
+            let plan = try await early.value
+            if try runner.isCurrent(plan) { return plan }
+            logger.debug("the staging tree's catalog changed while planning; planning again")
+        }
+        return try await runner.plan(catalog: location, relativeTo: base, products: products)
     }
 
     /// Waits for news heard since `generation`, for `pollInterval` at most.

@@ -206,12 +206,18 @@ extension Catalog {
         return day.date(from: text)
     }
 
-    /// Encodes the catalog as pretty, key-sorted JSON with ISO 8601 dates.
+    /// Encodes the catalog as pretty, key-sorted JSON with ISO 8601 dates: what `JSONEncoder`
+    /// writes with `.prettyPrinted`, `.sortedKeys`, `.withoutEscapingSlashes` and `.iso8601`,
+    /// written by hand (`JSONText`: a run publishes it on its critical path).
     public func encoded() throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(self)
+        var formatter: ISO8601DateFormatter?
+        var json = JSONText(pretty: true, capacity: 256 + products.count * 384)
+        write(to: &json) { date, json in
+            let iso8601 = formatter ?? ISO8601DateFormatter()
+            formatter = iso8601
+            json.string(iso8601.string(from: date))
+        }
+        return Data(json.bytes)
     }
 
     /// Resolves a content URL against the catalog's own location (a file or http(s) URL).

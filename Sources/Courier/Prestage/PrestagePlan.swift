@@ -112,6 +112,13 @@ public struct PrestagePlan: Sendable {
         self.refused = refused
     }
 
+    /// Whether `tree` still has the catalog published that this plan was made against. Only a
+    /// run's catalog vouches for its packages (a package without one may be torn), so the same
+    /// catalog means the same packages already staged, and the same plan.
+    func isCurrent(in tree: any StagingTree) throws -> Bool {
+        try tree.publishedCatalog() == published
+    }
+
     /// The catalog to publish once the run ends: every selected entry that is staged (unchanged
     /// or `staged` now) points at its staged path; a selected entry that failed keeps the version
     /// published before, if any, else is left out; products not selected stay as published.
@@ -164,17 +171,63 @@ public struct PrestagePlan: Sendable {
 
     /// The plan as it was made, for a coordinator that takes over a run another one planned
     /// (docs/scaling.md): the same tasks, and the same catalog once they are done.
+    ///
+    /// Written by hand (`JSONText`): what `JSONEncoder` writes for the plan's `Snapshot` but for
+    /// the order of keys, read back by `decode` through `JSONDecoder` (dates as seconds since
+    /// 2001, URLs as their absolute strings). The coordinator encodes it before the run's first
+    /// download, on one core: `JSONEncoder` took 7-11 ms for 500 packages.
     public func encoded() throws -> Data {
-        let snapshot = Snapshot(
-            tasks: tasks, unchanged: unchanged,
-            refused: refused.map { Snapshot.Refusal(contentIdentifier: $0.contentIdentifier, reason: $0.reason) },
-            upstream: upstream, published: published, selection: selection.map { $0.sorted() }
-        )
-        do {
-            return try JSONEncoder().encode(snapshot)
-        } catch {
-            throw CourierError(.internal, "cannot encode the pre-staging plan", cause: "\(error)")
+        func date(_ date: Date, _ json: inout JSONText) { json.number(date.timeIntervalSinceReferenceDate) }
+        var json = JSONText(pretty: false, capacity: 1024 + tasks.count * 512 + upstream.products.count * 256)
+        json.openObject()
+        json.key("tasks")
+        json.openArray()
+        for task in tasks {
+            json.element()
+            json.openObject()
+            json.key("content")
+            task.content.write(to: &json)
+            json.key("contentIdentifier")
+            json.string(task.contentIdentifier)
+            if let itemId = task.itemId {
+                json.key("itemId")
+                json.string(itemId)
+            }
+            json.key("productId")
+            json.string(task.productId)
+            json.key("source")
+            json.string(task.source.absoluteString)
+            json.key("stagedPath")
+            json.string(task.stagedPath)
+            json.closeObject()
         }
+        json.closeArray()
+        json.key("unchanged")
+        json.strings(unchanged)
+        json.key("refused")
+        json.openArray()
+        for refusal in refused {
+            json.element()
+            json.openObject()
+            json.key("contentIdentifier")
+            json.string(refusal.contentIdentifier)
+            json.key("reason")
+            json.string(refusal.reason)
+            json.closeObject()
+        }
+        json.closeArray()
+        json.key("upstream")
+        upstream.write(to: &json, date: date)
+        if let published {
+            json.key("published")
+            published.write(to: &json, date: date)
+        }
+        if let selection {
+            json.key("selection")
+            json.strings(selection.sorted())
+        }
+        json.closeObject()
+        return Data(json.bytes)
     }
 
     /// A plan `encoded()` before.
@@ -210,14 +263,31 @@ public struct PrestagePlan: Sendable {
         var selection: [String]?
     }
 
+    /// ASCII letters, digits, `.`, `-` and `_`, at most 200 bytes, not starting with `.`. (Byte
+    /// by byte: a scalar-by-scalar check cost 2 ms of a 500-package plan.)
     static func isSafeIdentifier(_ identifier: String) -> Bool {
-        guard !identifier.isEmpty, identifier.utf8.count <= 200, !identifier.hasPrefix(".") else { return false }
-        return identifier.unicodeScalars.allSatisfy {
-            ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "." || $0 == "-" || $0 == "_"
+        let bytes = identifier.utf8
+        guard !bytes.isEmpty, bytes.count <= 200, bytes.first != UInt8(ascii: ".") else { return false }
+        return bytes.allSatisfy {
+            switch $0 {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "."), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                true
+            default:
+                false
+            }
         }
     }
 
+    /// 64 ASCII hex digits, either case.
     static func isHexDigest(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.unicodeScalars.allSatisfy { $0.properties.isASCIIHexDigit }
+        let bytes = text.utf8
+        return bytes.count == 64
+            && bytes.allSatisfy {
+                switch $0 {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"): true
+                default: false
+                }
+            }
     }
 }

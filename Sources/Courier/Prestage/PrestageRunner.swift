@@ -51,6 +51,12 @@ public final class PrestageRunner: Sendable {
         return try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
     }
 
+    /// Whether `plan` was made against the catalog the tree has published now: a plan made a
+    /// while ago still holds unless a run published since.
+    public func isCurrent(_ plan: PrestagePlan) throws -> Bool {
+        try plan.isCurrent(in: tree)
+    }
+
     /// Packages fetched and checked at once.
     public var jobs: Int { job.configuration.jobs }
 

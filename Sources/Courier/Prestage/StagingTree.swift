@@ -94,9 +94,10 @@ public struct LocalStagingTree: StagingTree {
     }
 
     public func hasPackage(at path: String, length: Int64) throws -> Bool {
-        let file = try resolve(path)
+        // A plan asks once per catalog entry: the path as a string, no URL built.
+        try Self.checkInside(path)
         var info = stat()
-        guard stat(file.path, &info) == 0 else { return false }
+        guard stat(root.path + "/" + path, &info) == 0 else { return false }
         return (info.st_mode & S_IFMT) == S_IFREG && Int64(info.st_size) == length
     }
 
@@ -197,11 +198,28 @@ public struct LocalStagingTree: StagingTree {
 
     /// The file of a relative path, refusing anything that would leave the tree.
     private func resolve(_ path: String) throws -> URL {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        guard !path.hasPrefix("/"), !parts.isEmpty, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else {
+        try Self.checkInside(path)
+        return root.appendingPathComponent(path, isDirectory: false)
+    }
+
+    /// Refuses a path that is absolute or empty, or has an empty, `.` or `..` component.
+    static func checkInside(_ path: String) throws {
+        var component = 0  // bytes of the current component; 3 stands for "more than two"
+        var dots = 0
+        var inside = !path.isEmpty
+        for byte in path.utf8 where inside {
+            if byte == UInt8(ascii: "/") {
+                inside = component > 0 && !(component == dots && dots <= 2)
+                component = 0
+                dots = 0
+            } else {
+                component = min(component + 1, 3)
+                if byte == UInt8(ascii: ".") { dots = min(dots + 1, 3) }
+            }
+        }
+        guard inside, component > 0, !(component == dots && dots <= 2) else {
             throw CourierError(.usage, "\(path) is not a path inside the staging tree")
         }
-        return root.appendingPathComponent(path, isDirectory: false)
     }
 }
 

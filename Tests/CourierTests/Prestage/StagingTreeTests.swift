@@ -44,8 +44,15 @@ struct StagingTreeTests {
         let folder = try TemporaryDirectory()
         defer { folder.remove() }
         let tree = try LocalStagingTree(root: folder.url)
-        for path in ["../x.zip", "/etc/x.zip", "packages/../../x.zip", "packages//x.zip", "./x"] {
-            #expect(throws: CourierError.self) { try tree.hasPackage(at: path, length: 1) }
+        for path in [
+            "../x.zip", "/etc/x.zip", "packages/../../x.zip", "packages//x.zip", "./x", "", ".", "..", "/", "packages/",
+            "packages/a/.", "packages/./x.zip", "packages/a/..", "a\u{0}/../x",
+        ] {
+            #expect(throws: CourierError.self, "\(path.debugDescription)") { try tree.hasPackage(at: path, length: 1) }
+        }
+        // Dots inside a name, or more than two, name a file like any other.
+        for path in ["...", "packages/.../x.zip", "packages/a../x.zip", "packages/..a/.x.zip", "x"] {
+            #expect(throws: Never.self, "\(path.debugDescription)") { try tree.hasPackage(at: path, length: 1) }
         }
     }
 
