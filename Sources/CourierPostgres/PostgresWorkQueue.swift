@@ -418,6 +418,7 @@ final class KnownTasks: Sendable {
 
     func add(_ added: [PrestageTask]) {
         tasks.withLock { tasks in
+            tasks.reserveCapacity(tasks.count + added.count)
             for task in added { tasks[task.downloadId] = task }
         }
     }

@@ -71,28 +71,42 @@ public enum JSONLine {
     /// (lowercase), everything else (`/`, DEL, any non-ASCII character) as its UTF-8 bytes. The
     /// one string escaper of every hand-written JSON: these lines, package manifests, server logs.
     package static func appendString(_ text: String, to line: inout [UInt8]) {
-        let hex: StaticString = "0123456789abcdef"
         line.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
-                line.append(UInt8(ascii: "\\"))
-                line.append(byte)
-            case 0x08: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
-            case 0x09: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0x0A: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0C: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
-            case 0x0D: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0..<0x20:
-                line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                hex.withUTF8Buffer { digits in
-                    line.append(digits[Int(byte >> 4)])
-                    line.append(digits[Int(byte & 0x0F)])
-                }
-            default:
-                line.append(byte)
+        var text = text
+        text.withUTF8 { bytes in
+            // Runs of bytes that need no escape go in whole (a byte-by-byte append cost 4 ms
+            // of a 500-package catalog).
+            var start = 0
+            for index in bytes.indices {
+                let byte = bytes[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                if start < index { line.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index])) }
+                appendEscape(byte, to: &line)
+                start = index + 1
             }
+            if start < bytes.count { line.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...])) }
         }
         line.append(UInt8(ascii: "\""))
+    }
+
+    /// The escape of a byte below U+0020, `"` or `\`.
+    private static func appendEscape(_ byte: UInt8, to line: inout [UInt8]) {
+        let hex: StaticString = "0123456789abcdef"
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+            line.append(UInt8(ascii: "\\"))
+            line.append(byte)
+        case 0x08: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
+        case 0x09: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+        case 0x0A: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+        case 0x0C: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
+        case 0x0D: line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+        default:
+            line.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+            hex.withUTF8Buffer { digits in
+                line.append(digits[Int(byte >> 4)])
+                line.append(digits[Int(byte & 0x0F)])
+            }
+        }
     }
 }
