@@ -798,6 +798,10 @@ final class RecordBatcher: Sendable {
 /// of the run's rows once per task taken (202 ms for one claim of 18 in a database holding
 /// earlier runs of 20,000 tasks).
 struct ClaimStatement: PostgresPreparedStatement {
+    /// The name PostgresNIO's default gives it, written out: the default computes it with
+    /// `String(reflecting:)` on every execution: type metadata and conformance lookups on the
+    /// pool's hot path, for a constant.
+    static let name = "CourierPostgres.ClaimStatement"
     static let sql = """
         WITH ahead AS (
             SELECT download_id, seq, state AS previous FROM prestage_task
@@ -889,6 +893,8 @@ final class ClaimCursor: Sendable {
 /// live entries are (`ORDER BY … LIMIT 1`, which an `EXISTS` would drop, keeps the index and its
 /// direction); as a `NOT EXISTS` it was planned as a sequential scan once most rows were open.
 struct RecordStatement: PostgresPreparedStatement {
+    /// Written out, as `ClaimStatement.name`.
+    static let name = "CourierPostgres.RecordStatement"
     static let sql = """
         WITH recorded AS (
             UPDATE prestage_task AS t
