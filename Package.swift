@@ -50,6 +50,8 @@ let package = Package(
         ),
         // Linux system calls Swift cannot call directly (renameat2, syncfs, inode flags).
         .systemLibrary(name: "CSystemShims"),
+        // CRC-32 with carry-less multiplication (the check of a package's entries).
+        .target(name: "CCRC32"),
         // The library others import. Only Transfer/ imports CCurl, only Packages/ CArchive and
         // only Placement/ CSystemShims; `scripts/test` checks the first two.
         .target(
@@ -58,6 +60,7 @@ let package = Package(
                 "CCurl",
                 "CArchive",
                 "CSystemShims",
+                "CCRC32",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -152,6 +155,7 @@ let package = Package(
             name: "CourierTests",
             dependencies: [
                 "Courier",
+                "CCRC32",
                 "CourierPostgres",
                 "CourierTestSupport",
                 "CourierFuzzTargets",

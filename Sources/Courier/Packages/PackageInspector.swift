@@ -1,3 +1,4 @@
+import CCRC32
 import Crypto
 import Foundation
 
@@ -51,20 +52,27 @@ public struct PackageInspector {
         guard let bytes else {
             let directory = try ZipDirectory.read(file, maxEntryCount: limits.maxEntryCount)
             try directory.check(limits)
-            let reader = try ArchiveReader(url: file, blockSize: limits.blockSize)
+            let reader = try ArchiveReader(url: file, blockSize: limits.blockSize, verifiesCRC: !hashingEntries)
             defer { reader.close() }
             return try entriesPass(directory, reader: reader, limits: limits, hashingEntries: hashingEntries)
         }
         let directory = try ZipDirectory.parse(bytes, name: file.lastPathComponent, maxEntryCount: limits.maxEntryCount)
         try directory.check(limits)
         return try bytes.withUnsafeBytes { raw in
-            let reader = try ArchiveReader(bytes: raw, path: file.path)
+            let reader = try ArchiveReader(bytes: raw, path: file.path, verifiesCRC: !hashingEntries)
             defer { reader.close() }
             return try entriesPass(directory, reader: reader, limits: limits, hashingEntries: hashingEntries)
         }
     }
 
     /// The pass over the entry headers (and, when hashing, their data) of `reader`.
+    ///
+    /// When hashing, `reader` leaves the CRC-32 of each entry to this pass: it takes it beside the
+    /// SHA-256, with carry-less multiplication (`CCRC32`), and compares it with the central
+    /// directory's. libarchive's own check (zlib's `crc32`) cost as much CPU again as one of the
+    /// run's two SHA-256 passes over the data. An entry whose CRC does not match, or that the
+    /// directory does not name as libarchive does, is damaged data (`EntryDataError`): the pass
+    /// without hashing, whose reader checks every CRC, then gives the verdict.
     private static func entriesPass(
         _ directory: ZipDirectory, reader: ArchiveReader, limits: PackageConfiguration, hashingEntries: Bool
     ) throws -> PackagePreflight {
@@ -86,6 +94,21 @@ public struct PackageInspector {
         // total within the limit (the extractor's bounds; a size that lies is refused here too).
         let totalLimit = min(limits.maxUnpackedSize, Int64(clamping: directory.declaredUnpackedSize))
         var hashedTotal: Int64 = 0
+        // The CRC-32 the directory declares for each name, as the manifest names entries.
+        // A name listed twice has none (the pass refuses the package at its second entry).
+        var declaredCRC: [String: UInt32] = [:]
+        if hashingEntries {
+            var listedTwice = Set<String>()
+            for record in directory.entries {
+                guard let name = String(validating: record.unicodeName ?? record.name, as: UTF8.self) else { continue }
+                if declaredCRC.updateValue(record.crc32, forKey: name) != nil { listedTwice.insert(name) }
+            }
+            for name in listedTwice { declaredCRC[name] = nil }
+        }
+        /// Throws `EntryDataError` unless `crc` is what the directory declares for `name`.
+        func verify(_ crc: UInt32, of name: String) throws {
+            guard declaredCRC[name] == crc else { throw EntryDataError() }
+        }
         while let entry = try reader.next() {
             entryCount += 1
             let (name, components, type) = try EntryRules.check(entry, count: entryCount, limits: limits)
@@ -96,10 +119,16 @@ public struct PackageInspector {
             if components == [ContentInfo.fileName] && (type == EntryRules.regularFile || type == 0) {
                 // Hashed from the same bytes when hashing: the plist is small and read whole.
                 let data = try reader.readAll(limit: limits.maxInfoPlistSize, name: ContentInfo.fileName)
+                if hashingEntries {
+                    // Checked before it is parsed: this reader checks no CRC itself.
+                    guard let name = entry.name else { throw EntryDataError() }
+                    try verify(data.withUnsafeBytes { courier_crc32(0, $0.baseAddress, $0.count) }, of: name)
+                    digests[name] = SHA256.hash(data: data).hex
+                }
                 info = try ContentInfo.parse(data)
-                if hashingEntries, let name = entry.name { digests[name] = SHA256.hash(data: data).hex }
             } else if hashingEntries, type == EntryRules.regularFile || type == 0, let name = entry.name {
                 var hasher = SHA256()
+                var crc: UInt32 = 0
                 var oversize: CourierError?
                 do {
                     try reader.readData { offset, bytes in
@@ -115,11 +144,13 @@ public struct PackageInspector {
                         if let oversize { throw oversize }
                         hashedTotal = total
                         hasher.update(bufferPointer: bytes)
+                        crc = courier_crc32(crc, bytes.baseAddress, bytes.count)
                     }
                 } catch {
                     if let oversize { throw oversize }
                     throw EntryDataError()
                 }
+                try verify(crc, of: name)
                 digests[name] = hasher.finalize().hex
             } else {
                 try reader.skipData()

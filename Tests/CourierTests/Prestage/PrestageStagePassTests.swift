@@ -108,6 +108,51 @@ struct PrestageStagePassTests {
         #expect(try PackageInspector.preflight(zip, limits: PackageConfiguration(), hashingEntries: true).entryDigests.isEmpty)
     }
 
+    @Test("the hashing pass checks each entry's CRC-32 itself: zips by zip and bsdtar pass, a damaged ContentInfo.plist does not")
+    func hashingPassChecksCRC() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let files = ["a.bin": PackageFixtures.noise(100_000), "b/c.txt": Data("text".utf8), "empty": Data()]
+        let stored = directory.appending("stored.zip")
+        let deflated = directory.appending("deflated.zip")
+        let bsdtar = directory.appending("bsdtar.zip")
+        try PackageFixtures.infoZip(product: Self.product, version: "1.0", files: files, at: stored, level: 0)
+        try PackageFixtures.infoZip(product: Self.product, version: "1.0", files: files, at: deflated)
+        // Data descriptors: the local headers carry no CRC, the central directory does.
+        try PackageFixtures.bsdtarZip(product: Self.product, version: "1.0", files: files, at: bsdtar)
+        var expected = files.reduce(into: [String: String]()) { $0["Contents/" + $1.key] = SHA256.hash(data: $1.value).hex }
+        expected["ContentInfo.plist"] = SHA256.hash(data: Data(PackageFixtures.contentInfo(product: Self.product, version: "1.0").utf8)).hex
+        for (zip, prefix) in [(stored, ""), (deflated, ""), (bsdtar, "./")] {
+            let digests = Dictionary(uniqueKeysWithValues: expected.map { (prefix + $0.key, $0.value) })
+            let preflight = try PackageInspector.preflight(zip, limits: PackageConfiguration(), hashingEntries: true)
+            let fromMemory = try PackageInspector.preflight(
+                zip, bytes: [UInt8](try Data(contentsOf: zip)), limits: PackageConfiguration(), hashingEntries: true)
+            #expect(preflight.entryDigests == digests, "\(zip.lastPathComponent)")
+            #expect(fromMemory.entryDigests == digests, "\(zip.lastPathComponent)")
+        }
+        // The stored ContentInfo.plist says 1.1 where its CRC-32 is that of 1.0: the same verdict
+        // as the pass whose reader checks the CRC (libarchive's), from the file and from memory.
+        var damaged = try Data(contentsOf: stored)
+        let version = try #require(damaged.range(of: Data("<string>1.0</string>".utf8)))
+        damaged[version.lowerBound + 10] = UInt8(ascii: "1")
+        try damaged.write(to: stored)
+        let checked = Result { try PackageInspector.preflight(stored, limits: PackageConfiguration()) }
+        guard case .failure(let expected as CourierError) = checked else {
+            Issue.record("a damaged ContentInfo.plist passed libarchive's check: \(checked)")
+            return
+        }
+        for hashing in [
+            Result { try PackageInspector.preflight(stored, limits: PackageConfiguration(), hashingEntries: true) },
+            Result { try PackageInspector.preflight(stored, bytes: [UInt8](damaged), limits: PackageConfiguration(), hashingEntries: true) },
+        ] {
+            guard case .failure(let error as CourierError) = hashing else {
+                Issue.record("the hashing pass accepted a damaged ContentInfo.plist: \(hashing)")
+                continue
+            }
+            #expect(error.code == expected.code)
+        }
+    }
+
     @Test("given the bytes its download wrote, the check reads them, not the file, and finds what it finds in the file")
     func checkFromMemory() throws {
         let directory = try TemporaryDirectory()
