@@ -260,12 +260,16 @@ struct CourierAgentTests {
         let server = try AgentControlServer(path: path, queue: queue, logger: .init(label: "test")) { _ in AgentResponse() }
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
+        // The clients block while they wait for an answer: on a thread of their own, not on this
+        // task's, which the server in this process may need (the cooperative pool has two here,
+        // and other tests hold them while their processes run: the agent then did not answer).
+        let blocking = BlockingWorkerPool(label: "agent-test-clients", width: 1)
         // The first answer proves the server (and its event loops) are up before counting.
-        let first = try AgentClient(socketPath: path, timeout: 30)
-        #expect(try first.send(AgentRequest(.list)).ok)
+        let first = try await blocking.run { try AgentClient(socketPath: path, timeout: 30) }
+        #expect(try await blocking.run { try first.send(AgentRequest(.list)).ok })
         let before = threadCount()
-        let clients = try (0..<64).map { _ in try AgentClient(socketPath: path, timeout: 30) }
-        for client in clients { #expect(try client.send(AgentRequest(.list)).ok) }
+        let clients = try await blocking.run { try (0..<64).map { _ in try AgentClient(socketPath: path, timeout: 30) } }
+        for client in clients { #expect(try await blocking.run { try client.send(AgentRequest(.list)).ok }) }
         // A thread per client would add 64; the event loops and the cooperative pool add none.
         #expect(threadCount() - before < 16, "threads: \(before) -> \(threadCount())")
     }
@@ -281,8 +285,11 @@ struct CourierAgentTests {
             AgentResponse()
         }
         let serving = Task { try await server.run() }
-        let client = try AgentClient(socketPath: path, timeout: 30)
-        #expect(throws: CourierError.self) { try client.send(AgentRequest(.list)) }
+        // Off this task's thread, as in `noThreadPerClient`.
+        let blocking = BlockingWorkerPool(label: "agent-test-peer", width: 1)
+        await #expect(throws: CourierError.self) {
+            try await blocking.run { try AgentClient(socketPath: path, timeout: 30).send(AgentRequest(.list)) }
+        }
         serving.cancel()
         _ = await serving.result
         #expect(!FileManager.default.fileExists(atPath: path))

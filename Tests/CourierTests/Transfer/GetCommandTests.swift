@@ -84,8 +84,11 @@ struct GetCommandTests {
             let target = before + Int64.random(in: 150_000...1_200_000)
             requestsBefore.append(origin.requests.count)
             let process = try CourierBinary.start(arguments)
-            #expect(await TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) >= target || !process.isRunning })
-            kill(process.processIdentifier, SIGKILL)
+            let running = TransferFixture.UncheckedProcess(process: process)
+            let killed = await TransferFixture.signal(SIGKILL, to: process) {
+                TransferFixture.fileSize(partial) >= target || !running.process.isRunning
+            }
+            #expect(killed.held)
             process.waitUntilExit()
             partAtKill.append(TransferFixture.fileSize(partial))
             durableAtKill.append(try store.load(downloadId: "big.bin")?.durableOffset ?? 0)
@@ -126,8 +129,11 @@ struct GetCommandTests {
             ["get", origin.url().absoluteString, "-o", file.path, "--config", config.path, "--sha256", TransferFixture.sha256(content)],
             stderr: stderr
         )
-        #expect(await TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) > 400_000 || !process.isRunning })
-        kill(process.processIdentifier, SIGINT)
+        let running = TransferFixture.UncheckedProcess(process: process)
+        let interrupted = await TransferFixture.signal(SIGINT, to: process) {
+            TransferFixture.fileSize(partial) > 400_000 || !running.process.isRunning
+        }
+        #expect(interrupted.held && interrupted.running)
         process.waitUntilExit()
         #expect(process.terminationStatus == 7)
         let message = try String(contentsOf: stderr, encoding: .utf8)

@@ -80,16 +80,20 @@ struct NeverFetchTwiceTests {
             let before = max(0, TransferFixture.fileSize(partial))
             let log = folder.appending("stderr-\(trial).txt")
             let process = try CourierBinary.start(arguments, environment: ["COURIER_LOG": "debug"], stderr: log)
+            let running = TransferFixture.UncheckedProcess(process: process)
+            let killed: (held: Bool, running: Bool)
             if trial % 2 == 0 {
                 // A random moment in time: before the request, in the head, in the body...
-                try await Task.sleep(nanoseconds: UInt64.random(in: 0...300_000_000))
+                let moment = Date().addingTimeInterval(Double.random(in: 0...0.3))
+                killed = await TransferFixture.signal(SIGKILL, to: process) { Date() >= moment }
             } else {
                 // ...or a random byte of the body.
                 let target = before + Int64.random(in: 1...(2 << 20))
-                _ = await TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) >= target || !process.isRunning }
+                killed = await TransferFixture.signal(SIGKILL, to: process) {
+                    TransferFixture.fileSize(partial) >= target || !running.process.isRunning
+                }
             }
-            #expect(process.isRunning, "trial \(trial): the download ended before the kill")
-            kill(process.processIdentifier, SIGKILL)
+            #expect(killed.running, "trial \(trial): the download ended before the kill")
             process.waitUntilExit()
             kills += 1
             let after = max(0, TransferFixture.fileSize(partial))
@@ -184,9 +188,11 @@ struct NeverFetchTwiceTests {
         }
         func runUntilKilled(_ url: URL, past bytes: Int64) async throws -> Int64 {
             let process = try CourierBinary.start(arguments(url))
-            _ = await TransferFixture.wait(timeout: 60) { TransferFixture.fileSize(partial) >= bytes || !process.isRunning }
-            #expect(process.isRunning)
-            kill(process.processIdentifier, SIGKILL)
+            let running = TransferFixture.UncheckedProcess(process: process)
+            let killed = await TransferFixture.signal(SIGKILL, to: process) {
+                TransferFixture.fileSize(partial) >= bytes || !running.process.isRunning
+            }
+            #expect(killed.running)
             process.waitUntilExit()
             return TransferFixture.fileSize(partial)
         }

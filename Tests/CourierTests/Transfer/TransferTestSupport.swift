@@ -84,6 +84,40 @@ enum TransferFixture {
         return condition()
     }
 
+    /// Sends `signal` to `process` as soon as `condition` holds, polled every 2 ms on a thread of
+    /// its own for at most `timeout` seconds (then sent anyway). Returns whether the condition
+    /// held and whether the process was still running when the signal went.
+    ///
+    /// For a test that must interrupt a process mid-transfer: polled by a task (`wait`), the
+    /// moment came when the task next had a thread of the cooperative pool (two here), which
+    /// other tests hold while their processes run. Beside the prestage suites it came after a
+    /// throttled 4-6 MB download had completed, and there was nothing left to interrupt.
+    static func signal(
+        _ signal: Int32, to process: Process, timeout: Double = 60, when condition: @escaping @Sendable () -> Bool
+    ) async -> (held: Bool, running: Bool) {
+        let target = UncheckedProcess(process: process)
+        return await withCheckedContinuation { continuation in
+            let poller = Thread {
+                let deadline = Date().addingTimeInterval(timeout)
+                var held = condition()
+                while !held && Date() < deadline {
+                    usleep(2_000)
+                    held = condition()
+                }
+                let running = target.process.isRunning
+                kill(target.process.processIdentifier, signal)
+                continuation.resume(returning: (held, running))
+            }
+            poller.name = "TransferFixture.signal"
+            poller.start()
+        }
+    }
+
+    /// A `Process` handed to the polling thread of `signal` (it reads `isRunning` and the pid).
+    struct UncheckedProcess: @unchecked Sendable {
+        let process: Process
+    }
+
     static func fileSize(_ url: URL) -> Int64 {
         ((try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? NSNumber)?.int64Value ?? -1
     }
