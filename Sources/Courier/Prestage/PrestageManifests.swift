@@ -27,7 +27,8 @@ enum PrestageManifests {
             try tree.publishPackages([(file, packagePath)])
             return nil
         }
-        let local = file.deletingLastPathComponent().appendingPathComponent(file.lastPathComponent + ".manifest.json", isDirectory: false)
+        // Beside the package, its name and a suffix (one path, not a URL cut and extended).
+        let local = URL(fileURLWithPath: file.path + ".manifest.json", isDirectory: false)
         try Durable.write(data, to: local, sync: false)
         let published = path(besidePackage: packagePath)
         try tree.publishPackages([(local, published), (file, packagePath)])
