@@ -115,7 +115,7 @@ public struct PrestagePlan: Sendable {
     /// Whether `tree` still has the catalog published that this plan was made against. Only a
     /// run's catalog vouches for its packages (a package without one may be torn), so the same
     /// catalog means the same packages already staged, and the same plan.
-    func isCurrent(in tree: any StagingTree) throws -> Bool {
+    public func isCurrent(in tree: any StagingTree) throws -> Bool {
         try tree.publishedCatalog() == published
     }
 

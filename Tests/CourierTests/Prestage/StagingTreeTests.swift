@@ -144,6 +144,25 @@ struct StagingTreeTests {
         #expect(published3.product("com.example.b")?.content?.version == "1.0")
     }
 
+    @Test("a plan made before a run published is no longer current; one made after is")
+    func planCurrency() throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let tree = try LocalStagingTree(root: folder.url)
+        let upstream = Self.upstream([("com.example.pack1", Self.content("pack1", sha: "a", length: 3))])
+        let location = URL(string: "http://127.0.0.1:9/catalog.json")
+        let early = try PrestagePlan(upstream: upstream, upstreamLocation: location, tree: tree)
+        #expect(try early.isCurrent(in: tree))
+        // Another run stages the package and publishes: the early plan would fetch it again.
+        let path = PrestagePlan.stagedPath(contentIdentifier: "com.example.pack1", sha256: String(repeating: "a", count: 64))
+        try Self.stage(tree, Data("zip".utf8), at: path)
+        try tree.publishCatalog(early.catalog(staged: ["com.example.pack1"]))
+        #expect(try !early.isCurrent(in: tree))
+        let late = try PrestagePlan(upstream: upstream, upstreamLocation: location, tree: tree)
+        #expect(try late.isCurrent(in: tree))
+        #expect(late.tasks.isEmpty && late.unchanged == ["com.example.pack1"])
+    }
+
     @Test("entries that cannot be staged safely are refused, not fetched")
     func refusesBadEntries() throws {
         let folder = try TemporaryDirectory()
