@@ -32,7 +32,7 @@ public struct PackageInspector {
     ///
     /// `bytes`, when given, are the whole of `file` (the bytes a download just wrote and
     /// verified): the passes read them instead of the file, which they never open.
-    static func preflight(
+    package static func preflight(
         _ file: URL, bytes: [UInt8]? = nil, limits: PackageConfiguration, hashingEntries: Bool = false
     ) throws -> PackagePreflight {
         guard hashingEntries else { return try preflightPass(file, bytes: bytes, limits: limits, hashingEntries: false) }
@@ -166,7 +166,7 @@ public struct PackageInspector {
 }
 
 /// What `PackageInspector.preflight` found: the checked directory and ContentInfo.plist.
-struct PackagePreflight: Sendable {
+package struct PackagePreflight: Sendable {
     var directory: ZipDirectory
     var info: ContentInfo
     var entryCount: Int

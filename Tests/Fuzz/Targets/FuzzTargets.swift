@@ -137,10 +137,14 @@ public enum FuzzTargets {
     }
 
     /// A whole package file: the zip's end records, central directory and local headers, then
-    /// the package rules `inspect` applies before anything is unpacked.
+    /// the package rules `inspect` applies before anything is unpacked, then, for what passes
+    /// them, the prestage check's pass over the entries through libarchive from memory, hashing
+    /// each entry and checking its CRC-32 itself (`PackageInspector.preflight(hashingEntries:)`).
     static func zip(_ data: Data) {
-        guard let directory = try? ZipDirectory.parse([UInt8](data)) else { return }
-        _ = try? directory.check(PackageConfiguration())
+        let bytes = [UInt8](data)
+        guard let directory = try? ZipDirectory.parse(bytes), (try? directory.check(PackageConfiguration())) != nil else { return }
+        _ = try? PackageInspector.preflight(
+            URL(fileURLWithPath: "/nonexistent/fuzz.zip"), bytes: bytes, limits: PackageConfiguration(), hashingEntries: true)
     }
 
     /// A catalog document.
