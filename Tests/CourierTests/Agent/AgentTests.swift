@@ -272,6 +272,10 @@ struct CourierAgentTests {
         for client in clients { #expect(try await blocking.run { try client.send(AgentRequest(.list)).ok }) }
         // A thread per client would add 64; the event loops and the cooperative pool add none.
         #expect(threadCount() - before < 16, "threads: \(before) -> \(threadCount())")
+        // The server removes its socket as it stops: done before the folder goes (the removal
+        // otherwise raced it: "a.sock doesn't exist", logged by TemporaryDirectory's retry).
+        serving.cancel()
+        _ = await serving.result
     }
 
     @Test("in process: a peer whose uid is not the allowed one is refused")
