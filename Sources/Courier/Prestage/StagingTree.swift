@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -123,10 +122,7 @@ public struct LocalStagingTree: StagingTree {
                 let folder = target[..<slash]
                 if folders.insert(folder).inserted { try Self.makeFolder(String(folder)) }
             }
-            let source = file.path
-            guard Glibc.rename(source, target) == 0 else {
-                throw CourierError.posix("rename", path: "\(source) to \(target)")
-            }
+            try Durable.rename(file.path, to: target)
         }
     }
 
@@ -175,32 +171,17 @@ public struct LocalStagingTree: StagingTree {
         let fileManager = FileManager.default
         let folders = Self.names(in: packages.path)
         let cutoff = Date().addingTimeInterval(-grace)
-        for path in Self.unlisted(in: packages.path, folders: folders, listed: listed) {
-            let url = root.appendingPathComponent(path)
-            let modified = (try? url.resourceValues(forKeys: [.contentModificationDateKey]))?.contentModificationDate
-            guard let modified, modified < cutoff else { continue }
-            if (try? fileManager.removeItem(at: url)) != nil { removed.append(path) }
+        for folder in folders {
+            for name in Self.names(in: packages.path + "/" + folder) where !name.hasPrefix(".") {
+                let path = "packages/\(folder)/\(name)"
+                guard !listed.contains(path) else { continue }
+                let url = root.appendingPathComponent(path)
+                let modified = (try? url.resourceValues(forKeys: [.contentModificationDateKey]))?.contentModificationDate
+                guard let modified, modified < cutoff else { continue }
+                if (try? fileManager.removeItem(at: url)) != nil { removed.append(path) }
+            }
         }
         return removed.sorted()
-    }
-
-    /// The paths (`packages/<folder>/<name>`) in `folders` under `packages` that `listed` does not
-    /// name, dot files left out. The folders are listed on two threads: a run's end lists every
-    /// product folder (500 opens and reads), on one core otherwise idle.
-    static func unlisted(in packages: String, folders: [String], listed: Set<String>) -> [String] {
-        let parts = folders.count < 64 ? 1 : 2
-        let found = Mutex([[String]](repeating: [], count: parts))
-        DispatchQueue.concurrentPerform(iterations: parts) { part in
-            var paths: [String] = []
-            for folder in folders[(part * folders.count / parts)..<((part + 1) * folders.count / parts)] {
-                for name in names(in: packages + "/" + folder) where !name.hasPrefix(".") {
-                    let path = "packages/\(folder)/\(name)"
-                    if !listed.contains(path) { paths.append(path) }
-                }
-            }
-            found.withLock { $0[part] = paths }
-        }
-        return found.withLock { $0.flatMap { $0 } }
     }
 
     /// The names in the folder at `path` (without `.` and `..`); none when it cannot be read or
@@ -286,8 +267,12 @@ enum Durable {
     }
 
     static func rename(_ source: URL, to target: URL) throws {
-        guard Glibc.rename(source.path, target.path) == 0 else {
-            throw CourierError.posix("rename", path: "\(source.path) to \(target.path)")
+        try rename(source.path, to: target.path)
+    }
+
+    static func rename(_ source: String, to target: String) throws {
+        guard Glibc.rename(source, target) == 0 else {
+            throw CourierError.posix("rename", path: "\(source) to \(target)")
         }
     }
 
