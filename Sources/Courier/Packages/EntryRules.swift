@@ -32,25 +32,47 @@ enum EntryRules {
 
     /// The path components of an entry name: `.` and empty components dropped. An empty result
     /// names the package root itself.
+    ///
+    /// Read byte by byte, as the kernel reads a path, never by `Character`: to Swift's `String`
+    /// a `/` followed by a combining mark (`"/\u{301}"`) is one grapheme, not a `/`, so splitting
+    /// or `hasPrefix("/")` by characters took `"../\u{301}x"` for one harmless component and
+    /// `"/\u{301}x"` for a relative name, and `openat(2)` then climbed out of the package or
+    /// wrote at the file system's root.
     static func components(of name: String, maxDepth: Int) throws -> [String] {
-        if name.isEmpty { throw hostile("an entry has an empty name") }
-        if name.hasPrefix("/") { throw hostile("the entry \(name.debugDescription) has an absolute path") }
-        if name.utf8.contains(UInt8(ascii: "\\")) {
+        let bytes = name.utf8
+        if bytes.isEmpty { throw hostile("an entry has an empty name") }
+        if bytes.first == slash { throw hostile("the entry \(name.debugDescription) has an absolute path") }
+        if bytes.contains(backslash) {
             throw hostile("the entry \(name.debugDescription) uses a backslash as a path separator")
         }
-        if name.utf8.contains(0) { throw hostile("the entry \(name.debugDescription) contains a NUL byte") }
-        if name.utf8.count > 4000 { throw hostile("the entry name \(name.prefix(64).debugDescription)... is too long") }
+        if bytes.contains(0) { throw hostile("the entry \(name.debugDescription) contains a NUL byte") }
+        if bytes.count > 4000 { throw hostile("the entry name \(name.prefix(64).debugDescription)... is too long") }
         var components: [String] = []
-        for part in name.split(separator: "/", omittingEmptySubsequences: true) {
-            if part == "." { continue }
-            if part == ".." { throw hostile("the entry \(name.debugDescription) climbs out with \"..\"") }
-            if part.utf8.count > 255 { throw hostile("the entry \(name.debugDescription) has a component longer than 255 bytes") }
-            components.append(String(part))
+        for part in bytes.split(separator: slash, omittingEmptySubsequences: true) {
+            if isDot(part) { continue }
+            if isDotDot(part) { throw hostile("the entry \(name.debugDescription) climbs out with \"..\"") }
+            if part.count > 255 { throw hostile("the entry \(name.debugDescription) has a component longer than 255 bytes") }
+            // Whole UTF-8 sequences: `name` is valid UTF-8 and `/` (0x2F) is never inside one.
+            components.append(String(decoding: part, as: UTF8.self))
         }
         if components.count > maxDepth {
             throw hostile("the entry \(name.debugDescription) is nested deeper than \(maxDepth) folders")
         }
         return components
+    }
+
+    static let slash = UInt8(ascii: "/")
+    static let backslash = UInt8(ascii: "\\")
+    static let dot = UInt8(ascii: ".")
+
+    /// Whether the bytes of a path component are exactly `.` (byte-wise; see `components(of:)`).
+    static func isDot(_ part: some Collection<UInt8>) -> Bool {
+        part.count == 1 && part.first == dot
+    }
+
+    /// Whether the bytes of a path component are exactly `..`.
+    static func isDotDot(_ part: some Collection<UInt8>) -> Bool {
+        part.count == 2 && part.allSatisfy { $0 == dot }
     }
 
     /// Refuses device files, FIFOs, sockets, setuid and setgid bits (and symbolic links unless
@@ -73,18 +95,21 @@ enum EntryRules {
 
     /// Whether a symbolic link at `link` (components) pointing at `target` resolves inside the
     /// package, step by step, without passing through another link of `links` (a link through a
-    /// link could climb out once both exist). Absolute targets never stay inside.
+    /// link could climb out once both exist). Absolute targets never stay inside. The target is
+    /// read byte by byte, as the kernel resolves it (see `components(of:)`: by characters,
+    /// `"/\u{301}/../etc"` was a relative target that climbed back into the package).
     static func symlinkTargetStaysInside(link: [String], target: String, links: Set<[String]>) -> Bool {
-        if target.isEmpty || target.hasPrefix("/") || target.contains("\\") || target.utf8.contains(0) { return false }
+        let bytes = target.utf8
+        if bytes.isEmpty || bytes.first == slash || bytes.contains(backslash) || bytes.contains(0) { return false }
         var position = Array(link.dropLast())
-        let parts = target.split(separator: "/", omittingEmptySubsequences: true)
+        let parts = bytes.split(separator: slash, omittingEmptySubsequences: true)
         for (index, part) in parts.enumerated() {
-            if part == "." { continue }
-            if part == ".." {
+            if isDot(part) { continue }
+            if isDotDot(part) {
                 if position.isEmpty { return false }
                 position.removeLast()
             } else {
-                position.append(String(part))
+                position.append(String(decoding: part, as: UTF8.self))
                 // Every step but the last must be a folder, not a link.
                 if index < parts.count - 1 && links.contains(position) { return false }
             }

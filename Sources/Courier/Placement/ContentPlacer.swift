@@ -58,8 +58,10 @@ public final class ContentPlacer: Sendable {
 
     /// Refuses identifiers that are not a single safe folder name.
     static func checkIdentifier(_ identifier: String) throws {
-        guard !identifier.isEmpty, identifier.utf8.count <= 200, !identifier.hasPrefix("."),
-            !identifier.contains("/"), !identifier.contains("\\"), !identifier.utf8.contains(0)
+        // By bytes, as the kernel reads a name: "/\u{301}" is one character to `String`, not "/".
+        let bytes = identifier.utf8
+        guard !bytes.isEmpty, bytes.count <= 200, bytes.first != UInt8(ascii: "."),
+            !bytes.contains(UInt8(ascii: "/")), !bytes.contains(UInt8(ascii: "\\")), !bytes.contains(0)
         else {
             throw CourierError(.usage, "\(identifier.debugDescription) is not a usable content identifier")
         }

@@ -26,7 +26,8 @@ public enum DownloadFileName {
         }
         if name.isEmpty || name == "/" { throw refuse("the URL has no file name") }
         if name == "." || name == ".." { throw refuse("the file name \(name) is not a file") }
-        if name.contains("/") { throw refuse("the file name \(escaped(name)) holds a /") }
+        // By bytes: `contains("/")` compares characters, and "/\u{301}" is one character, not "/".
+        if name.utf8.contains(UInt8(ascii: "/")) { throw refuse("the file name \(escaped(name)) holds a /") }
         if name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
             throw refuse("the file name \(escaped(name)) holds a control character")
         }

@@ -14,6 +14,7 @@ struct HostilePackageTests {
         case writeThroughSymlink, symlinkChainOut, hardLink, characterDevice, blockDevice, fifo, setuid, setgid
         case totalSize, entryCount, zipBomb, lyingSize, missingPlist, wrongProduct, wrongVersion, invalidPlist
         case duplicateEntry, truncated, corrupt, notAZip
+        case combiningDotDot, combiningSymlinkOut
     }
 
     struct Setup {
@@ -34,6 +35,13 @@ struct HostilePackageTests {
         case .dotDotInside: try zip([info, ok, .file("Contents/../../../evil.txt", "evil")])
         case .absolutePath: try zip([info, ok, .file(outside.appendingPathComponent("evil.txt").path, "evil")])
         case .backslash: try zip([info, ok, .file("Contents\\..\\..\\evil.txt", "evil")])
+        case .combiningDotDot:
+            // "/" then U+0301 is one Character to Swift, not "/": still a separator to the kernel
+            // (this wrote `.staging/\u{301}evil.txt`, beside the package's staging folder).
+            try zip([info, ok, .file("../\u{301}evil.txt", "evil")])
+        case .combiningSymlinkOut:
+            // Absolute to the kernel, which resolves "/\u{301}/../" to "/".
+            try zip([info, ok, .symlink("Contents/out", to: "/\u{301}/.." + outside.path)])
         case .symlinkOutRelative: try zip([info, ok, .symlink("Contents/out", to: "../../../outside")])
         case .symlinkOutAbsolute:
             try zip([info, ok, .symlink("Contents/out", to: outside.path), .file("Contents/out/evil.txt", "evil")])
@@ -130,7 +138,7 @@ struct HostilePackageTests {
         #expect(PackageFixtures.snapshot(outside).isEmpty)
     }
 
-    @Test("inspect refuses the same packages without extracting", arguments: [Case.dotDot, .symlinkOutAbsolute, .setuid, .zipBomb, .fifo])
+    @Test("inspect refuses the same packages without extracting", arguments: [Case.dotDot, .combiningDotDot, .symlinkOutAbsolute, .setuid, .zipBomb, .fifo])
     func inspectRefuses(_ hostile: Case) throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
