@@ -323,15 +323,19 @@ struct RunTable: Sendable {
         }
     }
 
-    /// Deletes the runs published more than `retention` ago, with their tasks (`ON DELETE
-    /// CASCADE`); returns how many. A published run is read only by the processes that were
-    /// waiting for it, at once; what is kept is for inspection.
+    /// Deletes the runs published more than `retention` ago, with their tasks (one statement,
+    /// one transaction: no task outlives its run); returns how many runs. A published run is
+    /// read only by the processes that were waiting for it, at once; what is kept is for
+    /// inspection.
     func removePublished() async throws -> Int {
         try await perform("cannot remove old published runs in PostgreSQL") {
             let rows = try await client.query(
                 """
-                DELETE FROM prestage_run WHERE state = 'published' AND published_at < now() - \(unescaped: Self.retention)
-                RETURNING run_id
+                WITH runs AS (
+                    DELETE FROM prestage_run WHERE state = 'published' AND published_at < now() - \(unescaped: Self.retention)
+                    RETURNING run_id),
+                tasks AS (DELETE FROM prestage_task WHERE run_id IN (SELECT run_id FROM runs))
+                SELECT run_id FROM runs
                 """, logger: logger)
             var count = 0
             for try await _ in rows.decode(Int64.self) { count += 1 }

@@ -99,7 +99,7 @@ struct PostgresQueueTests {
         let connection = try await Self.connection(to: server, migratedTo: 2)
         try server.psql("INSERT INTO prestage_run (run_key, plan) VALUES ('old', '\\x7b7d')")
         try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, d, 'c' FROM prestage_run, unnest(ARRAY['z', 'a', 'm']) d")
-        #expect(try await PostgresSchema.migrate(connection: connection, logger: Self.logger) == 3)
+        #expect(try await PostgresSchema.migrate(connection: connection, upTo: 3, logger: Self.logger) == 3)
         try await connection.close()
         #expect(try server.psql("SELECT string_agg(download_id, ',' ORDER BY seq) FROM prestage_task") == "z,a,m")
         try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, 'b', 'c' FROM prestage_run")
@@ -107,6 +107,25 @@ struct PostgresQueueTests {
         #expect(try server.psql("SELECT count(*) FROM pg_indexes WHERE indexname = 'prestage_task_waiting'") == "1")
         #expect(try server.psql("SELECT count(*) FROM pg_indexes WHERE indexname = 'prestage_task_claimable'") == "0")
         #expect(try server.psql("SELECT indexdef FROM pg_indexes WHERE indexname = 'prestage_task_claimed'").hasSuffix("WHERE (state = 'claimed'::text)"))
+    }
+
+    @Test("a version 3 database migrates to 4: no foreign key from tasks to runs; old runs still go with their tasks")
+    func migrationFour() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let connection = try await Self.connection(to: server, migratedTo: 3)
+        let foreignKeys = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'prestage_task'::regclass AND contype = 'f'"
+        #expect(try server.psql(foreignKeys) == "1")
+        try server.psql("INSERT INTO prestage_run (run_key, plan, state, published_at) VALUES ('old', '\\x7b7d', 'published', now() - interval '8 days')")
+        try server.psql("INSERT INTO prestage_task (run_id, download_id, content_identifier) SELECT run_id, 'd', 'c' FROM prestage_run")
+        #expect(try await PostgresSchema.migrate(connection: connection, logger: Self.logger) == 4)
+        try await connection.close()
+        #expect(try server.psql(foreignKeys) == "0")
+        let removed = try await withPostgresClient(server) { client in
+            try await RunTable(client: client, logger: Self.logger).removePublished()
+        }
+        #expect(removed == 1)
+        #expect(try server.psql("SELECT count(*) FROM prestage_task") == "0")
     }
 
     @Test("claims take the run's tasks in order from where this process left off; one handed back behind it is claimed after those ahead")
