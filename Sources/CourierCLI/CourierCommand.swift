@@ -60,8 +60,6 @@ struct CourierCommand: AsyncParsableCommand {
         // Set before any thread starts (setenv is not thread-safe); Foundation still finds the
         // zone through /etc/localtime's link, as with TZ unset.
         setenv("TZ", ":/etc/localtime", 0)
-        // Freed transfer buffers stay in the heap for the next download (see MemoryPolicy).
-        MemoryPolicy.apply()
         // The one logging setup: every logger writes to standard error; each command sets its
         // level through GlobalOptions.logger (--verbose, --quiet, COURIER_LOG).
         LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }

@@ -68,6 +68,10 @@ struct PrestageCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // A batch job that moves thousands of packages through transfer buffers: freed ones stay
+        // in the heap for the next download (MemoryPolicy; not for `get` or the agent, whose
+        // resident size after a burst matters more than a few percent of CPU).
+        MemoryPolicy.apply()
         try await global.run { output in
             let configuration = try global.loadConfiguration()
             let (location, base) = try configuration.catalogLocation(catalog, for: "stage the packages of")
