@@ -26,7 +26,7 @@ public struct Catalog: Sendable, Codable, Equatable {
 
     /// The product with `productId`, if the catalog lists it.
     public func product(_ productId: String) -> Product? {
-        products.first { $0.productId == productId }
+        products.first { $0.productId.isIdentical(to: productId) }
     }
 
     /// A product and the content it unlocks.

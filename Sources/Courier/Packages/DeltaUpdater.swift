@@ -173,7 +173,7 @@ public struct DeltaUpdater: Sendable {
         logger[metadataKey: "content-id"] = "\(target.contentIdentifier)"
         let installed = try placer.content(target.contentIdentifier)
         guard let installed else { throw Fallback("\(target.contentIdentifier) is not installed") }
-        guard installed.productId == target.productId else {
+        guard installed.productId.isIdentical(to: target.productId) else {
             throw Fallback("the installed content is of product \(installed.productId), not \(target.productId)")
         }
         let (manifest, manifestBytes) = try await fetchManifest(target)
@@ -275,7 +275,7 @@ public struct DeltaUpdater: Sendable {
         guard manifest.package.sha256 == target.packageSHA256, manifest.package.length == target.packageLength else {
             throw Fallback("the manifest describes another package than the catalog's")
         }
-        guard manifest.productId == target.productId, manifest.version == target.version else {
+        guard manifest.productId.isIdentical(to: target.productId), manifest.version.isIdentical(to: target.version) else {
             throw Fallback("the manifest is of \(manifest.productId) \(manifest.version), not \(target.productId) \(target.version)")
         }
         return (manifest, Int64(response.body.count))
@@ -757,7 +757,7 @@ private struct DeltaBuild {
         let n = buffer.withUnsafeMutableBytes { pread(plist, $0.baseAddress, $0.count, 0) }
         guard n >= 0, n <= limits.maxInfoPlistSize else { throw EntryRules.hostile("ContentInfo.plist is too large") }
         info = try ContentInfo.parse(Data(buffer[0..<n]))
-        guard let info, info.productId == manifest.productId, info.version == manifest.version else {
+        guard let info, info.productId.isIdentical(to: manifest.productId), info.version.isIdentical(to: manifest.version) else {
             throw CourierError(.integrity, "the new version's ContentInfo.plist does not name \(manifest.productId) \(manifest.version)")
         }
         let packageInfo = PackageInfo(

@@ -78,12 +78,12 @@ package struct ContentInfo: Sendable, Equatable {
 
     /// Checks the plist against the purchase's product and, when given, the catalog's version.
     func check(expectedProductId: String, expectedVersion: String?) throws {
-        guard productId == expectedProductId else {
+        guard productId.isIdentical(to: expectedProductId) else {
             throw EntryRules.hostile(
                 "ContentInfo.plist names the product \(productId.debugDescription), not \(expectedProductId.debugDescription)"
             )
         }
-        if let expectedVersion, version != expectedVersion {
+        if let expectedVersion, !version.isIdentical(to: expectedVersion) {
             throw EntryRules.hostile(
                 "ContentInfo.plist carries version \(version.debugDescription), not \(expectedVersion.debugDescription)"
             )

@@ -201,7 +201,7 @@ public final class ContentPlacer: Sendable {
             guard mkdir(staging.path, 0o755) == 0 else { throw CourierError.posix("mkdir", path: staging.path) }
             logger.debug("building in staging", metadata: ["staging": "\(staging.path)"])
             let (info, files) = try build(staging)
-            guard info.productId == productId, info.version == version else {
+            guard info.productId.isIdentical(to: productId), info.version.isIdentical(to: version) else {
                 throw CourierError(.integrity, "the built content is \(info.productId) \(info.version), not \(productId) \(version)")
             }
             return (info, files)

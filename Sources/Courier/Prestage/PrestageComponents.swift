@@ -83,13 +83,13 @@ public struct InspectingPackageChecker: PackageChecker {
     func checked(_ file: URL, bytes: [UInt8]? = nil, task: PrestageTask, hashingEntries: Bool = false) throws -> PackagePreflight {
         let preflight = try PackageInspector.preflight(file, bytes: bytes, limits: limits, hashingEntries: hashingEntries)
         let info = preflight.info
-        guard info.productId == task.productId else {
+        guard info.productId.isIdentical(to: task.productId) else {
             throw CourierError(
                 .hostilePackage,
                 "the package for \(task.contentIdentifier) names the product \(info.productId.debugDescription)"
             )
         }
-        guard info.version == task.content.version else {
+        guard info.version.isIdentical(to: task.content.version) else {
             throw CourierError(
                 .integrity,
                 "the package for \(task.contentIdentifier) has version \(info.version.debugDescription), the catalog says \(task.content.version.debugDescription)"

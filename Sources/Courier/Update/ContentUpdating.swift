@@ -36,7 +36,7 @@ public struct WholePackageUpdate: ContentUpdating {
     }
 
     public func update(_ download: DownloadRecord, progress: @escaping @Sendable (DownloadProgress) -> Void) async throws -> URL? {
-        guard let installed = try placer.content(download.contentIdentifier), installed.version == download.version,
+        guard let installed = try placer.content(download.contentIdentifier), installed.version.isIdentical(to: download.version),
             installed.sha256 == download.sha256, installed.placement == download.placement
         else { return nil }
         return installed.url

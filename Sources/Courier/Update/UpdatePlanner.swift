@@ -95,7 +95,7 @@ public enum UpdatePlanner {
                 break
             }
             guard let entitlement = entitled[content.contentIdentifier] else {
-                let purchases = latest.filter { $0.productId == content.productId }
+                let purchases = latest.filter { $0.productId.isIdentical(to: content.productId) }
                 let why: String
                 if purchases.isEmpty {
                     why = "no purchase of it in this store"
@@ -122,7 +122,7 @@ public enum UpdatePlanner {
     /// of a subscription item), whoever is entitled to it.
     static func catalogContent(_ contentIdentifier: String, productId: String, in catalog: Catalog) -> Catalog.Content? {
         guard let product = catalog.product(productId) else { return nil }
-        if contentIdentifier == productId { return product.content }
-        return product.items?.first { "\(productId).\($0.itemId)" == contentIdentifier }?.content
+        if contentIdentifier.isIdentical(to: productId) { return product.content }
+        return product.items?.first { "\(productId).\($0.itemId)".isIdentical(to: contentIdentifier) }?.content
     }
 }

@@ -87,6 +87,20 @@ struct EntryRulesTests {
         }
     }
 
+    @Test("identifiers compare by their scalars, not by canonical equivalence")
+    func identifiersCompareByScalars() {
+        #expect("\u{212A}" == "K")  // what String's == does
+        #expect(!"com.example.pac\u{212A}".isIdentical(to: "com.example.pacK"))
+        #expect(!"caf\u{E9}".isIdentical(to: "cafe\u{301}"))
+        #expect("com.example.pack".isIdentical(to: "com.example.pack"))
+        #expect(throws: CourierError.self) {
+            try ContentInfo(productId: "com.example.pac\u{212A}", version: "1.0").check(expectedProductId: "com.example.pacK", expectedVersion: nil)
+        }
+        #expect(throws: CourierError.self) {
+            try ContentInfo(productId: "p", version: "1.0\u{37E}").check(expectedProductId: "p", expectedVersion: "1.0;")
+        }
+    }
+
     @Test("download file names and content identifiers hold no slash byte")
     func namesWithCombiningSlash() {
         #expect(throws: CourierError.self) { try DownloadFileName.check("a/\(Self.combining)b") }

@@ -14,7 +14,7 @@ struct HostilePackageTests {
         case writeThroughSymlink, symlinkChainOut, hardLink, characterDevice, blockDevice, fifo, setuid, setgid
         case totalSize, entryCount, zipBomb, lyingSize, missingPlist, wrongProduct, wrongVersion, invalidPlist
         case duplicateEntry, truncated, corrupt, notAZip
-        case combiningDotDot, combiningSymlinkOut
+        case combiningDotDot, combiningSymlinkOut, equivalentProduct
     }
 
     struct Setup {
@@ -39,6 +39,11 @@ struct HostilePackageTests {
             // "/" then U+0301 is one Character to Swift, not "/": still a separator to the kernel
             // (this wrote `.staging/\u{301}evil.txt`, beside the package's staging folder).
             try zip([info, ok, .file("../\u{301}evil.txt", "evil")])
+        case .equivalentProduct:
+            // U+212A KELVIN SIGN is canonically equivalent to "K": `==` on String took this
+            // ContentInfo.plist for the product it names with a "K"; StoreKit compares literally.
+            try zip([E.contentInfo(product: "com.example.levels.pac\u{212A}1", version: "1.0"), ok])
+            setup.arguments = ["--product", "com.example.levels.pacK1"]
         case .combiningSymlinkOut:
             // Absolute to the kernel, which resolves "/\u{301}/../" to "/".
             try zip([info, ok, .symlink("Contents/out", to: "/\u{301}/.." + outside.path)])
