@@ -177,7 +177,7 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
 
     /// `text` with anything between `://` and the last `@` of its authority replaced, so an error
     /// never prints a password.
-    static func redacted(_ text: String) -> String {
+    package static func redacted(_ text: String) -> String {
         let clipped = text.count > 200 ? String(text.prefix(200)) + "…" : text
         guard let scheme = clipped.range(of: "://") else { return clipped.debugDescription }
         let afterScheme = clipped[scheme.upperBound...]

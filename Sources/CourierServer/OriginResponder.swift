@@ -154,7 +154,7 @@ struct OriginResponder: HTTPResponder {
         var validUntil: Date?
         let original = request.headers[Self.originalURI]
         entry.original = original
-        if let original, let path = Self.canonicalPath(original) {
+        if let original, let path = RequestTarget.canonicalPath(original) {
             if path == "/catalog.json" {
                 decision = .allowed(subject: "public", reason: .publicContent)
             } else if let published = try? catalogSource.current() {
@@ -194,17 +194,6 @@ struct OriginResponder: HTTPResponder {
         case .forbidden:
             return Response(status: .forbidden, headers: headers, body: ResponseBody())
         }
-    }
-
-    /// The path of an original request target if it is canonical: absolute, and unchanged by
-    /// percent-decoding and dot-segment removal (`PublishedCatalog.requestPath`) and without
-    /// empty segments; the query, if any, is dropped. nil otherwise.
-    static func canonicalPath(_ target: String) -> String? {
-        let pathOnly = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-        guard pathOnly.hasPrefix("/"), !pathOnly.contains("//"), !pathOnly.contains("%"), !pathOnly.contains("#"),
-            let path = PublishedCatalog.requestPath(pathOnly), path == pathOnly
-        else { return nil }
-        return path
     }
 
     /// `POST /notifications`: reads at most `ServerNotification.maximumBodyLength` bytes and
@@ -299,23 +288,7 @@ struct OriginResponder: HTTPResponder {
     /// The token of `Authorization: Bearer <token>`, nil when absent or another scheme.
     static func bearer(_ request: Request) -> String? {
         guard let value = request.headers[.authorization] else { return nil }
-        return bearer(value)
-    }
-
-    /// The token of an `Authorization` value `Bearer <token>` (scheme case-insensitive, spaces
-    /// and tabs around the token dropped), nil for another scheme. Works on the UTF-8 bytes: a
-    /// token is a few KiB and this runs on every request (Foundation's trimming was a seventh of
-    /// an `/authorize`).
-    static func bearer(_ value: String) -> String? {
-        let bytes = value.utf8
-        func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-        guard let start = bytes.firstIndex(where: { !isBlank($0) }) else { return nil }
-        guard let schemeEnd = bytes[start...].firstIndex(of: UInt8(ascii: " ")) else { return nil }
-        guard String(Substring(value.utf8[start..<schemeEnd])).lowercased() == "bearer" else { return nil }
-        guard let tokenStart = bytes[schemeEnd...].firstIndex(where: { !isBlank($0) }),
-            let tokenLast = bytes[tokenStart...].lastIndex(where: { !isBlank($0) })
-        else { return nil }
-        return String(Substring(value.utf8[tokenStart...tokenLast]))
+        return RequestTarget.bearer(value)
     }
 
     static func matches(ifNoneMatch values: [String], etag: String) -> Bool {

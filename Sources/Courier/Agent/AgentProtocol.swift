@@ -115,7 +115,7 @@ public struct AgentResponse: Sendable, Codable, Equatable {
 }
 
 /// The JSON coding of the control protocol (dates as seconds since 1970, one line per value).
-enum AgentWire {
+package enum AgentWire {
     static func encode<T: Encodable>(_ value: T) throws -> Data {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .secondsSince1970
@@ -125,7 +125,7 @@ enum AgentWire {
         return data
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, from line: Data) throws -> T {
+    package static func decode<T: Decodable>(_ type: T.Type, from line: Data) throws -> T {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .secondsSince1970
         return try decoder.decode(type, from: line)

@@ -99,11 +99,18 @@ public struct ReceiptValidator: Sendable {
                 let token = tokens[index]
                 next += 1
                 group.addTask {
+                    // The outcome is awaited into a local before the tuple is built. Written as
+                    // `return (index, .success(try await …))` in a `do`, swiftc 6.3.1 -O stores
+                    // `index` before the suspension and loses it: the child answers index 0
+                    // (every release build crashed here, "Index out of range"). Reproduction:
+                    // Tests/Toolchain/TupleAcrossSuspension.swift; swiftlang/swift#91911.
+                    let outcome: Result<VerifiedTransaction, any Error>
                     do {
-                        return (index, .success(try await verifier.verifyAllowingRevocation(token, now: now)))
+                        outcome = .success(try await verifier.verifyAllowingRevocation(token, now: now))
                     } catch {
-                        return (index, .failure(error))
+                        outcome = .failure(error)
                     }
+                    return (index, outcome)
                 }
             }
             for _ in 0..<width { submit() }

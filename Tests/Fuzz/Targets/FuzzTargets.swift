@@ -1,8 +1,8 @@
 import Foundation
 
-@testable import Courier
-@testable import CourierPostgres
-@testable import CourierServer
+import Courier
+import CourierPostgres
+import CourierServer
 
 /// The parsers of untrusted bytes, one fuzz target each (issue 10, "Fuzz every parser").
 ///
@@ -122,11 +122,11 @@ public enum FuzzTargets {
         let text = String(decoding: data, as: UTF8.self)
         let parts = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
         let target = parts.first.map(String.init) ?? ""
-        if let path = OriginResponder.canonicalPath(target) {
+        if let path = RequestTarget.canonicalPath(target) {
             precondition(PublishedCatalog.requestPath(path) == path && !path.contains("//") && !path.contains("%"))
         }
         let value = parts.count > 1 ? String(parts[1]) : ""
-        if let token = OriginResponder.bearer(value) {
+        if let token = RequestTarget.bearer(value) {
             precondition(!token.isEmpty && value.contains(token) && token.first != " " && token.last != " ")
         }
     }
