@@ -45,7 +45,7 @@ struct ServeCommandTests {
         #expect(exchange.body == fixture.packages["com.example.pack1"]?.prefix(100))
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        #expect(process.exitStatus == 0)
         let events = ((try? String(contentsOf: stdout, encoding: .utf8)) ?? "").split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }

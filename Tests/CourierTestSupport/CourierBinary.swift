@@ -18,6 +18,8 @@ public enum CourierBinary {
 
     /// The result of one run.
     public struct Result: Sendable {
+        /// The exit status; a process killed by a signal answers 128 + the signal, as a shell
+        /// does (132 for SIGILL, a Swift runtime trap), never a number an exit code could have.
         public var status: Int32
         public var stdout: String
         public var stderr: String
@@ -93,9 +95,19 @@ public enum CourierBinary {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         return Result(
-            status: process.terminationStatus,
+            status: process.exitStatus,
             stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
             stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? ""
         )
+    }
+}
+
+extension Process {
+    /// The exit status of a process that ended, as a shell reports it: 128 + the signal for one
+    /// killed by a signal. `terminationStatus` alone answers the signal's number, so a runtime
+    /// trap (SIGILL, 4) or an abort (SIGABRT, 6) would pass for exit 4 or 6 (disk space,
+    /// integrity) in a test.
+    public var exitStatus: Int32 {
+        terminationReason == .uncaughtSignal ? 128 + terminationStatus : terminationStatus
     }
 }

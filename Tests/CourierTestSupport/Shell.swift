@@ -27,7 +27,7 @@ public enum Shell {
         try process.run()
         process.waitUntilExit()
         return Result(
-            status: process.terminationStatus,
+            status: process.exitStatus,
             stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
             stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? ""
         )

@@ -64,7 +64,7 @@ struct CourierAgentTests {
         #expect((status.events.first?["entries"] as? [[String: Any]])?.first?["transactionId"] as? String == someId)
 
         #expect(stopProcess(agent))
-        #expect(agent.terminationStatus == 0)
+        #expect(agent.exitStatus == 0)
         #expect(!FileManager.default.fileExists(atPath: socket.path))
     }
 
@@ -96,7 +96,7 @@ struct CourierAgentTests {
         #expect(stopProcess(agent, signal: SIGTERM, within: 30))
         let took = Date().timeIntervalSince(started)
         #expect(took < 20, "the agent took \(took) s to stop")  // generous: the contract is 5 s on an idle machine
-        #expect(agent.terminationStatus == 0)
+        #expect(agent.exitStatus == 0)
         let stopped = try #require(download())
         #expect(stopped.state == .paused && stopped.pauseReason == .interrupted, "\(stopped)")
         #expect(stopped.durableOffset > 0)

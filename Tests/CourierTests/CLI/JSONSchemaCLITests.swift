@@ -129,7 +129,7 @@ struct JSONSchemaCLITests {
             for (before, after) in zip(snapshots, snapshots.dropFirst()) { #expect(before != after, "a repeated snapshot: \(after)") }
         }
         delivering.waitUntilExit()
-        #expect(delivering.terminationStatus == 0)
+        #expect(delivering.exitStatus == 0)
 
         let first = try shop.courier(["list", "--all", "--json"])
         let entries = (first.events.first?["entries"] as? [[String: Any]]) ?? []

@@ -311,7 +311,7 @@ struct NewcomerCLITests {
         #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("agent.sock").path))
         kill(agent.processIdentifier, SIGTERM)
         agent.waitUntilExit()
-        #expect(agent.terminationStatus == 0)
+        #expect(agent.exitStatus == 0)
         let log = try String(contentsOf: stderrFile, encoding: .utf8)
         #expect(log.contains("agent started"), "-v did not beat COURIER_LOG=critical: \(log)")
     }

@@ -161,7 +161,7 @@ struct ProgressCLITests {
         terminal.closeSecondary()
         process.waitUntilExit()
         let ended = Date()
-        #expect(process.terminationStatus == 0)
+        #expect(process.exitStatus == 0)
         #expect(try Data(contentsOf: folder.appending(name)) == content)
 
         let chunks = terminal.output()
@@ -232,7 +232,7 @@ struct ProgressCLITests {
         }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        #expect(process.exitStatus == 0)
         let fast = try #require(seen["com.example.levels"])
         let last = try #require(seen[slow])
         #expect(last.timeIntervalSince(fast) >= 1, "the fast download's line came \(last.timeIntervalSince(fast)) s before the slow one's")

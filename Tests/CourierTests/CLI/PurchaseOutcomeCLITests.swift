@@ -162,7 +162,7 @@ struct PurchaseOutcomeCLITests {
         #expect(second.stderr.contains("is delivering com.example.levels; waiting for it to finish"))
         #expect(second.stdout.contains("delivered com.example.levels 1.0 to "), "\(second.stdout)")
         first.waitUntilExit()
-        #expect(first.terminationStatus == 0)
+        #expect(first.exitStatus == 0)
         #expect(shop.isPlaced("com.example.levels"))
     }
 }

@@ -128,8 +128,8 @@ struct SecondDeliverCLITests {
         #expect(said < 10, "the owner line took \(said) s")
         store.finish(first)
         store.finish(second)
-        #expect(first.terminationStatus == 0, "\(store.output("first", "err"))")
-        #expect(second.terminationStatus == 0, "\(store.output("second", "err"))")
+        #expect(first.exitStatus == 0, "\(store.output("first", "err"))")
+        #expect(second.exitStatus == 0, "\(store.output("second", "err"))")
 
         let events = store.events("second")
         let owner = "\(first.processIdentifier)@\(LeaseOwner.hostName())"
@@ -187,8 +187,8 @@ struct SecondDeliverCLITests {
         defer { store.finish(second) }
         store.finish(first)
         store.finish(second)
-        #expect(first.terminationStatus == 0, "\(store.output("first", "err"))")
-        #expect(second.terminationStatus == 0)
+        #expect(first.exitStatus == 0, "\(store.output("first", "err"))")
+        #expect(second.exitStatus == 0)
 
         let text = terminal.output().map(\.text).joined()
         #expect(text.contains("another process (\(first.processIdentifier)@"), "\(text.debugDescription)")
@@ -222,8 +222,8 @@ struct SecondDeliverCLITests {
         #expect(store.wait(60) { store.output("second", "err").contains("another process (\(first.processIdentifier)@") })
         store.finish(first)
         store.finish(second)
-        #expect(first.terminationStatus == 6, "\(store.output("first", "err"))")
-        #expect(second.terminationStatus == 6, "\(store.output("second", "err"))")
+        #expect(first.exitStatus == 6, "\(store.output("first", "err"))")
+        #expect(second.exitStatus == 6, "\(store.output("second", "err"))")
         let said = store.output("second", "err")
         #expect(said.contains("courier: com.example.levels failed: "), "\(said)")
         #expect(said.contains("failed verification: SHA-256 is "), "\(said)")
@@ -246,7 +246,7 @@ struct SecondDeliverCLITests {
         #expect(store.output("second", "err").contains("is delivering com.example.levels; waiting for it to finish"))
         kill(first.processIdentifier, SIGKILL)
         store.finish(second)
-        #expect(second.terminationStatus == 0, "\(store.output("second", "err"))")
+        #expect(second.exitStatus == 0, "\(store.output("second", "err"))")
         #expect(store.output("second").contains("delivered com.example.levels 1.0 to "), "\(store.output("second"))")
         let placed = store.directory.appending("Storage/Documents/com.example.levels/Contents/data.bin")
         #expect((try? Data(contentsOf: placed))?.count == 2 << 20)

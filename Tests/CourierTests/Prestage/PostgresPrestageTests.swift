@@ -178,7 +178,7 @@ struct PostgresPrestageTests {
         #expect(first.isRunning, "the slow package should still be downloading")
         kill(first.processIdentifier, SIGINT)
         #expect(waitForExit(first))
-        #expect(first.terminationStatus == 7, "\((try? String(contentsOf: errors, encoding: .utf8)) ?? "")")
+        #expect(first.exitStatus == 7, "\((try? String(contentsOf: errors, encoding: .utf8)) ?? "")")
         #expect(try server.psql("SELECT state FROM prestage_task WHERE content_identifier = 'com.example.slow'") == "waiting")
         #expect(!FileManager.default.fileExists(atPath: dest.appending("catalog.json").path), "the run is not complete")
 
@@ -288,7 +288,7 @@ struct PostgresPrestageTests {
         for index in 0..<3 where index != victim {
             #expect(waitForExit(processes[index]), "worker \(index) did not finish: \(stderr(index))")
             // One package is missing upstream: every surviving worker reports it, exit 1.
-            #expect(processes[index].terminationStatus == 1, "worker \(index): \(stderr(index))")
+            #expect(processes[index].exitStatus == 1, "worker \(index): \(stderr(index))")
             let error = events(in: dest.appending("worker\(index).out")).last { $0["event"] as? String == "error" }
             #expect((error?["message"] as? String)?.contains("com.example.missing") == true, "worker \(index): \(String(describing: error))")
         }

@@ -266,7 +266,7 @@ struct PrestageCommandTests {
         #expect(durable >= 1 << 20)
         kill(process.processIdentifier, SIGINT)
         process.waitUntilExit()
-        #expect(process.terminationStatus == 7)
+        #expect(process.exitStatus == 7)
         let paused = try Catalog.decode(Data(contentsOf: dest.appending("catalog.json")))
         #expect(paused.products.map(\.productId) == ["com.example.small"])
         let resumed = try CourierBinary.run(arguments)

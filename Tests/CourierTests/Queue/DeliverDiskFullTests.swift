@@ -137,7 +137,7 @@ struct DeliverDiskFullTests {
         let filler = downloads.appendingPathComponent("filler")
         _ = try Shell.run("/bin/dd", ["if=/dev/zero", "of=\(filler.path)", "bs=64k"])
         process.waitUntilExit()
-        #expect(process.terminationStatus == 4, "\((try? String(contentsOf: shop.directory.appending("deliver.err"), encoding: .utf8)) ?? "")")
+        #expect(process.exitStatus == 4, "\((try? String(contentsOf: shop.directory.appending("deliver.err"), encoding: .utf8)) ?? "")")
         let paused = try onlyEntry(shop)
         #expect(paused["state"] as? String == "paused", "\(paused)")
         #expect((paused["error"] as? [String: Any])?["code"] as? String == "insufficientSpace", "\(paused)")

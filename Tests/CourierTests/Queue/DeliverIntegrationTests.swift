@@ -258,7 +258,7 @@ struct DeliverIntegrationTests {
         #expect(sawBytes)
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
-        #expect(process.terminationStatus == 7)
+        #expect(process.exitStatus == 7)
         let list = try shop.courier(["list", "--stalled", "--json"])
         let entries = try #require(list.events.first?["entries"] as? [[String: Any]])
         #expect(entries.first?["stalled"] as? String == "interrupted")
@@ -312,8 +312,8 @@ struct DeliverIntegrationTests {
         first.waitUntilExit()
         second.waitUntilExit()
         let errors = (try? String(contentsOf: logs.appending("a.err"), encoding: .utf8)) ?? ""
-        #expect(first.terminationStatus == 0, "\(errors)")
-        #expect(second.terminationStatus == 0, "\((try? String(contentsOf: logs.appending("b.err"), encoding: .utf8)) ?? "")")
+        #expect(first.exitStatus == 0, "\(errors)")
+        #expect(second.exitStatus == 0, "\((try? String(contentsOf: logs.appending("b.err"), encoding: .utf8)) ?? "")")
         // Waiting ones that were never started are not stalled: deliver finishes the rest.
         let finish = try shop.courier(shop.deliverArguments(receipt))
         #expect(finish.status == 0, "\(finish.stderr)")

@@ -166,6 +166,37 @@ struct ReceiptCLITests {
         #expect(refused.stderr.contains("OID check failed"))
     }
 
+    /// Tokens are verified side by side and reported in file order. The release build of
+    /// 8411a71 trapped here (SIGILL, exit 132): every child task answered index 0
+    /// (Tests/Toolchain/TupleAcrossSuspension.swift).
+    @Test("several tokens in one file: each verified, in file order; a bad one named by its place")
+    func severalTokensInOrder() throws {
+        let workspace = try Workspace()
+        defer { workspace.folder.remove() }
+        let chain = try TestSigningChain()
+        let root = workspace.folder.appending("test-root.der")
+        try chain.writeRoot(to: root, pem: false)
+        let ids = (1...7).map { "30000000000000\($0)" }
+        var tokens = try ids.enumerated().map { index, id in
+            try chain.token(TestSigningChain.payload(productId: "p\(index + 1)", transactionId: id))
+        }
+        let file = try workspace.write(tokens.joined(separator: "\n"), "seven.jws")
+        let result = try workspace.run(["receipt", "verify", file, "--trust-root", root.path, "--environment", "Sandbox", "--json"])
+        #expect(result.status == 0, "exit \(result.status): \(result.stderr)")
+        let transactions = result.events.first?["transactions"] as? [[String: Any]]
+        #expect(transactions?.compactMap { $0["transactionId"] as? String } == ids)
+        #expect(transactions?.compactMap { $0["productId"] as? String } == (1...7).map { "p\($0)" })
+
+        // The fifth token's signature is broken: the error names it, not the first.
+        var parts = tokens[4].split(separator: ".").map(String.init)
+        parts[2] = String(parts[2].reversed())
+        tokens[4] = parts.joined(separator: ".")
+        let broken = try workspace.write(tokens.joined(separator: "\n"), "broken.jws")
+        let refused = try workspace.run(["receipt", "verify", broken, "--trust-root", root.path, "--environment", "Sandbox"])
+        #expect(refused.status == 3, "exit \(refused.status): \(refused.stderr)")
+        #expect(refused.stderr.contains("transaction 5 of 7"), "\(refused.stderr)")
+    }
+
     @Test("receipt entitlements lists the content a purchase unlocks, exit 3 when none")
     func entitlements() throws {
         let workspace = try Workspace()

@@ -135,7 +135,7 @@ struct GetCommandTests {
         }
         #expect(interrupted.held && interrupted.running)
         process.waitUntilExit()
-        #expect(process.terminationStatus == 7)
+        #expect(process.exitStatus == 7)
         let message = try String(contentsOf: stderr, encoding: .utf8)
         #expect(message.contains("paused at byte"))
         #expect(!FileManager.default.fileExists(atPath: file.path))
