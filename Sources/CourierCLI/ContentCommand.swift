@@ -39,7 +39,7 @@ struct ContentListCommand: AsyncParsableCommand {
                 }
                 for line in QueueFormat.align(table) { out.line(line) }
             }
-            out.line("backup exclusion of Documents: \(support)")
+            out.info("backup exclusion of Documents: \(support)")
         }
     }
 }
@@ -87,7 +87,7 @@ struct ContentDeleteCommand: AsyncParsableCommand {
             if out.json {
                 out.emit(["event": "deleted", "contentIdentifier": product])
             } else {
-                out.line("deleted \(product)")
+                out.done("deleted \(product)")
             }
         }
     }

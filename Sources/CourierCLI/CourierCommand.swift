@@ -1,5 +1,6 @@
 import ArgumentParser
 import Courier
+import CourierServer
 import Foundation
 import Logging
 
@@ -12,14 +13,16 @@ struct CourierCommand: AsyncParsableCommand {
         discussion: """
             Exit codes: 0 done; 1 failure; 2 usage; 3 receipt invalid or not entitled; \
             4 insufficient disk space; 5 network failure after retries; \
-            6 integrity failure or hostile package; 7 paused or interrupted (resumable). A file named on the command line that cannot be read \
+            6 integrity failure or hostile package; 7 paused or interrupted (resumable); \
+            8 the server refused the request (an HTTP 4xx). A file named on the command line that cannot be read \
             (--config, --receipt, --trust-root) is a usage error: exit 2, one line naming it. \
             Storage: --storage, else COURIER_STORAGE, else ./Storage where it exists, else \
             $XDG_DATA_HOME/courier. Configuration: --config, else COURIER_CONFIG, else \
             ./Config/courier.json where it exists, else $XDG_CONFIG_HOME/courier/courier.json. \
             Version \(CourierVersion.current).
             """,
-        version: CourierVersion.current,
+        // The same line wherever `--version` is asked (`courier list --version` too).
+        version: "courier \(CourierVersion.current)",
         subcommands: [
             DeliverCommand.self,
             UpdateCommand.self,
@@ -45,7 +48,13 @@ struct CourierCommand: AsyncParsableCommand {
     /// Runs the command, ending with exit code 2 (DESIGN.md) rather than ArgumentParser's 64 on
     /// a usage error.
     static func main() async {
-        let arguments = Array(CommandLine.arguments.dropFirst())
+        let typed = Array(CommandLine.arguments.dropFirst())
+        let arguments: [String]
+        switch CommandLineWords.normalized(typed) {
+        case .arguments(let normalized): arguments = normalized
+        case .usageError(let message):
+            usageError(message, json: typed.contains("--json"))
+        }
         if arguments == ["--version"] || arguments == ["-V"] {
             print("courier \(CourierVersion.current)")
             return
@@ -64,7 +73,7 @@ struct CourierCommand: AsyncParsableCommand {
         // level through GlobalOptions.logger (--verbose, --quiet, COURIER_LOG).
         LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: label) }
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(arguments)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
@@ -73,12 +82,35 @@ struct CourierCommand: AsyncParsableCommand {
         } catch {
             if exitCode(for: error) == .validationFailure {
                 var message = fullMessage(for: error)
+                // Courier's own voice, as every other error: `courier: …`, not ArgumentParser's
+                // `Error: …`.
+                if message.hasPrefix("Error: ") { message = "courier: " + message.dropFirst("Error: ".count) }
                 if let hint = subcommandSuggestion(arguments) { message += "\n" + hint }
-                FileHandle.standardError.write(Data((message + "\n").utf8))
-                Foundation.exit(2)
+                usageError(message, json: arguments.contains("--json"))
             }
             exit(withError: error)
         }
+    }
+
+    /// Ends with exit code 2 after a usage error: the message on standard error, and under
+    /// `--json` an `error` document on standard output too (docs/json.md: the last line is always
+    /// `result` or `error`).
+    static func usageError(_ message: String, json: Bool) -> Never {
+        var text = message
+        if !text.hasPrefix("courier: ") && !text.hasPrefix("Usage:") { text = "courier: " + text }
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+        if json {
+            let first = text.split(separator: "\n", maxSplits: 1).first.map(String.init) ?? text
+            let line = first.hasPrefix("courier: ") ? String(first.dropFirst("courier: ".count)) : first
+            let document: [String: Any] = [
+                "event": "error", "code": CourierError.Code.usage.rawValue, "message": line, "exitCode": 2,
+                "time": NDJSONLogHandler.timestamp(Date()),
+            ]
+            if let data = try? JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .withoutEscapingSlashes]) {
+                FileHandle.standardOutput.write(data + Data("\n".utf8))
+            }
+        }
+        Foundation.exit(2)
     }
 
     /// "Did you mean 'list'?" when the first word that is not an option names no subcommand

@@ -31,11 +31,11 @@ struct DeliverCommand: AsyncParsableCommand {
                 try await client.deliver(scope: plan.scope, output: output, retryStopped: false)
             case .alreadyDelivered:
                 let count = plan.transactions.count
-                output.line("Nothing to do: \(count == 1 ? "this purchase was" : "these \(count) purchases were") already delivered.")
+                output.done("Nothing to do: \(count == 1 ? "this purchase was" : "these \(count) purchases were") already delivered.")
             case .deliver(let contentless):
                 if !output.json {
                     for transaction in contentless {
-                        output.line("\(transaction.productId): no hosted content in the catalog; nothing to download, purchase finished")
+                        output.done("\(transaction.productId): no hosted content in the catalog; nothing to download, purchase finished")
                     }
                 }
                 try await client.deliver(scope: plan.scope, output: output, retryStopped: true)

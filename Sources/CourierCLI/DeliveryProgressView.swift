@@ -134,9 +134,9 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         else { return }
         let by = byAnotherProcess ? " (by another process)" : ""
         if let from = record.updateFrom {
-            output.line("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)\(by)")
+            output.done("updated \(record.contentIdentifier) from \(from) to \(record.version) at \(url.path)\(by)")
         } else {
-            output.line("delivered \(record.contentIdentifier) \(record.version) to \(url.path)\(by)")
+            output.done("delivered \(record.contentIdentifier) \(record.version) to \(url.path)\(by)")
         }
     }
 

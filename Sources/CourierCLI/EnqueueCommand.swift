@@ -36,7 +36,7 @@ struct EnqueueCommand: AsyncParsableCommand {
                 "downloads": downloads.map { ["downloadId": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
             ])
             if !output.json {
-                output.line("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")
+                output.done("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")
             }
         }
         if output.json { output.emit(["event": "enqueued", "transactions": lines, "agent": via != nil]) }

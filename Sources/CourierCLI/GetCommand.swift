@@ -283,8 +283,9 @@ struct GetCommand: AsyncParsableCommand {
             if case .failure(let error) = outcome.1 { return error }
             return nil
         }
-        // Every file's outcome at the end, as aria2's "Download Results", in the list's order.
-        if !output.json && !requests.isEmpty {
+        // Every file's outcome at the end, as aria2's "Download Results", in the list's order;
+        // under --quiet only when something failed.
+        if !output.json && !requests.isEmpty && (!output.quiet || !failures.isEmpty || !refused.isEmpty) {
             let order = Dictionary(uniqueKeysWithValues: requests.enumerated().map { ($1.id, $0) })
             var table = [["STATUS", "SIZE", "FILE", ""]]
             for (request, result) in outcomes.sorted(by: { order[$0.0.id, default: 0] < order[$1.0.id, default: 0] }) {
@@ -306,7 +307,7 @@ struct GetCommand: AsyncParsableCommand {
             if output.json {
                 output.emit(["event": "result", "saved": requests.count, "directory": folder.path])
             } else {
-                output.line("saved \(requests.count) files in \(folder.path)")
+                output.done("saved \(requests.count) files in \(folder.path)")
             }
             return
         }
@@ -338,7 +339,7 @@ struct GetCommand: AsyncParsableCommand {
             ])
         } else if inputFile == nil {
             let resumed = result.resumedFrom > 0 ? ", resumed at byte \(result.resumedFrom)" : ""
-            output.line("saved \(result.file.path) (\(result.length) bytes, sha256 \(result.sha256)\(resumed))")
+            output.done("saved \(result.file.path) (\(result.length) bytes, sha256 \(result.sha256)\(resumed))")
         }
     }
 }

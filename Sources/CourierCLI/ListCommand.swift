@@ -226,11 +226,11 @@ enum QueueFormat {
             return
         }
         if changed.isEmpty {
-            output.line("Nothing to do: no download changed.")
+            output.done("Nothing to do: no download changed.")
             return
         }
         for download in changed {
-            output.line("\(verb) \(download.id) (\(download.contentIdentifier)): now \(download.state.rawValue)")
+            output.done("\(verb) \(download.id) (\(download.contentIdentifier)): now \(download.state.rawValue)")
         }
     }
 }

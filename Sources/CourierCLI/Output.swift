@@ -35,6 +35,14 @@ final class Output: Sendable {
         write(text + "\n", to: STDOUT_FILENO)
     }
 
+    /// Prints a line confirming that the command did what was asked ("saved …", "delivered …",
+    /// "Nothing to do: …") on standard output, and nothing under `--quiet`: a cron job hears from
+    /// Courier only when something failed, as from `curl -sS` and `apt-get -qq`. What a query
+    /// command was asked for (`list`, `status`, `content list`) prints with `line` regardless.
+    func done(_ text: String) {
+        if !quiet { line(text) }
+    }
+
     /// Prints a line of text to standard error.
     func note(_ text: String) {
         write(text + "\n", to: STDERR_FILENO)

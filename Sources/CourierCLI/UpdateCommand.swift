@@ -48,7 +48,7 @@ struct UpdateCommand: AsyncParsableCommand {
                     output.emit(Self.result(updated: [], unfinished: [], plan: plan, skipped: skipped))
                 } else if plan.updates.isEmpty {
                     let current = plan.upToDate.count
-                    output.line(
+                    output.done(
                         "Nothing to update: "
                             + (current == 0 ? "no delivered content has a newer version in the catalog."
                                 : current == 1 ? "\(plan.upToDate[0].contentIdentifier) \(plan.upToDate[0].version) is up to date."

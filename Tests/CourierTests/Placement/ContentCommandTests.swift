@@ -47,7 +47,7 @@ struct ContentCommandTests {
         #expect(content.first?["placement"] as? String == "documents")
         #expect(listing["backupExclusion"] is [String: Any])
         let text = try courier(["content", "list"], in: directory)
-        #expect(text.stdout.contains("backup exclusion of Documents:"))
+        #expect(text.stderr.contains("backup exclusion of Documents:"), "a note, on standard error")
         #expect(try courier(["content", "delete", Self.product], in: directory).status == 0)
         #expect(!FileManager.default.fileExists(atPath: folder))
         #expect(try courier(["content", "path", Self.product], in: directory).status == 1)
