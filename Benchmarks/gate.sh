@@ -139,19 +139,22 @@ for i in $(seq "$GATES"); do
     --trust-root "$WORK/sandbox" --bundle-id com.example.app --environment Sandbox > "$WORK/gate$i.log" 2>"$WORK/gate$i.err" &
   PIDS+=($!); GATE_PIDS+=($!)
 done
-port_of() {  # port_of LOG EVENT (a busy machine may take a while to start a gate)
+# Both gates start at once on one --storage (one origin.sqlite): Courier creates its schema once
+# and the other waits for it (issue 33), so neither dies of "table notifications already exists".
+port_of() {  # port_of LOG EVENT PID (a busy machine may take a while to start a gate; a dead one is said at once)
   for _ in $(seq 1200); do
     grep -q "\"$2\"" "$1" 2>/dev/null && break
+    kill -0 "$3" 2>/dev/null || break
     sleep 0.05
   done
   grep -q "\"$2\"" "$1" 2>/dev/null \
-    || { echo "gate.sh: no $2 event in $1 within 60 s; $(tail -3 "${1%.log}.err" 2>/dev/null)" >&2; exit 1; }
+    || { echo "gate.sh: no $2 event in $1 ($(kill -0 "$3" 2>/dev/null && echo "not within 60 s" || echo "the gate exited")); $(tail -3 "${1%.log}.err" 2>/dev/null)" >&2; exit 1; }
   python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and json.loads(l).get("event")==sys.argv[2]][0]["port"])' "$1" "$2"
 }
 METRICS_PORTS=()
 for i in $(seq "$GATES"); do
-  GATE_ARGS+=(--gate "127.0.0.1:$(port_of "$WORK/gate$i.log" listening)")
-  METRICS_PORTS+=("$(port_of "$WORK/gate$i.log" metrics)")
+  GATE_ARGS+=(--gate "127.0.0.1:$(port_of "$WORK/gate$i.log" listening "${GATE_PIDS[$((i - 1))]}")")
+  METRICS_PORTS+=("$(port_of "$WORK/gate$i.log" metrics "${GATE_PIDS[$((i - 1))]}")")
 done
 
 # nginx alone (Benchmarks/common.sh) and nginx with the printed configuration, same main context.

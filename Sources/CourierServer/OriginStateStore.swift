@@ -41,7 +41,7 @@ extension OriginStateStore: RefundStore {}
 /// FULL so a recorded notification is on disk before the origin answers 200).
 ///
 /// The set of revoked transaction ids is also held in memory (loaded at open, updated after each
-/// commit) so the gate asks no database on a download. One origin process owns the file.
+/// commit) so the gate asks no database on a download. Several gates may share the file (one storage root); its tables are created once.
 public final class OriginStateStore: Sendable {
     public let url: URL
     let queue: DatabaseQueue
@@ -54,17 +54,39 @@ public final class OriginStateStore: Sendable {
     /// (0700) if missing; the file is created 0600 before SQLite opens it.
     public init(directory: URL) throws {
         try StorageLayout.makeOwnerOnlyFolder(directory)
-        url = directory.appendingPathComponent("origin.sqlite")
-        try OwnerOnlyFile.create(atPath: url.path)
+        let path = directory.appendingPathComponent("origin.sqlite").path
+        url = URL(fileURLWithPath: path)
+        try OwnerOnlyFile.create(atPath: path)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         do {
-            queue = try DatabaseQueue(path: url.path, configuration: configuration)
-            var migrator = DatabaseMigrator()
-            migrator.registerMigration("notifications-v1") { db in
+            // Gates started together on one storage root create the tables once; the others wait
+            // for it (`SchemaMigrations`, docs/origin.md).
+            let opened = try SchemaMigrations.retryingBusy {
+                let queue = try DatabaseQueue(path: path, configuration: configuration)
+                try Self.schema.migrate(queue)
+                let ids = try queue.read { db in
+                    try String.fetchAll(db, sql: "SELECT transactionId FROM transactionStatus WHERE revoked = 1")
+                }
+                return (queue: queue, ids: ids)
+            }
+            queue = opened.queue
+            revoked = RevokedSet(Set(opened.ids))
+        } catch let error as CourierError {
+            throw error
+        } catch {
+            throw CourierError(.io, "cannot open the origin's state \(url.path)", cause: "\(error)")
+        }
+    }
+
+    /// The tables of `origin.sqlite`, in order. Append only; never edit a shipped migration.
+    static let schema = SchemaMigrations([
+        (
+            "notifications-v1",
+            { db in
                 try db.execute(
                     sql: """
                         CREATE TABLE notifications (
@@ -88,17 +110,8 @@ public final class OriginStateStore: Sendable {
                         """
                 )
             }
-            try migrator.migrate(queue)
-            let ids = try queue.read { db in
-                try String.fetchAll(db, sql: "SELECT transactionId FROM transactionStatus WHERE revoked = 1")
-            }
-            revoked = RevokedSet(Set(ids))
-        } catch let error as CourierError {
-            throw error
-        } catch {
-            throw CourierError(.io, "cannot open the origin's state \(url.path)", cause: "\(error)")
-        }
-    }
+        )
+    ])
 
     /// Whether an App Store notification revoked `transactionId` (and no later one reversed it).
     public func isRevoked(_ transactionId: String) -> Bool {

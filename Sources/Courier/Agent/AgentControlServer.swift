@@ -16,15 +16,19 @@ final class AgentControlServer: Sendable {
     typealias Handler = @Sendable (AgentRequest) async -> AgentResponse
     typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
 
+    /// Held for the server's life: one agent per store (released when the server is freed).
+    private let lock: AgentLock
     private let listener: UnixSocketListener
     private let queue: PaymentQueue
     private let handler: Handler
     private let logger: Logger
     private let allowedUID: uid_t
 
-    /// Binds the socket at `path` (0600; a stale one replaced; a live agent there refused with
-    /// `leased`). Connections wait in the backlog until `run()` serves them.
+    /// Takes the store's agent lock (`AgentLock`: another agent holding it is refused with
+    /// `leased`), then binds the socket at `path` (0600; a stale one replaced). Connections wait
+    /// in the backlog until `run()` serves them.
     init(path: String, queue: PaymentQueue, logger: Logger, allowedUID: uid_t = getuid(), handler: @escaping Handler) throws {
+        lock = try AgentLock(socketPath: path)
         listener = try UnixSocketListener(path: path)
         self.queue = queue
         self.handler = handler

@@ -133,7 +133,8 @@ final class UnixSocketListener: Sendable {
     let path: String
 
     /// Binds `path` with mode 0600. A socket file left by a dead agent is replaced; a live agent
-    /// on it is refused with `leased`.
+    /// on it is refused with `leased` (the caller holds the store's `AgentLock`, so this only
+    /// meets an agent of a Courier from before that lock).
     init(path: String) throws {
         if FileManager.default.fileExists(atPath: path) {
             if let live = try? UnixSocketConnection.connect(to: path, timeout: 2) {

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 
 /// The state database (`Storage/state.sqlite`): SQLite in WAL mode through GRDB, owner-only,
-/// with versioned migrations. Every state change is one database transaction.
+/// with versioned migrations, created or migrated once however many processes open it at once. Every state change is one database transaction.
 ///
 /// Each component registers its schema in `StateStore.migrations` (see `QueueSchema` and
 /// `ContentSchema`); migrations run in list order and each runs once.
@@ -28,20 +28,22 @@ public final class StateStore: Sendable {
         // Created 0600 before SQLite opens it: SQLite gives the -wal and -shm files the mode of
         // the database file, so no state file is ever readable by others, not even briefly.
         try OwnerOnlyFile.create(atPath: url.path)
+        // Any number of processes may open the store at once, fresh or at an older schema: one
+        // migrates it, the others wait for it (`SchemaMigrations`, docs/queue.md).
         pool = try CourierError.wrapping(.io, "cannot open the state database \(url.path)") {
-            try DatabasePool(path: url.path, configuration: configuration)
+            try SchemaMigrations.retryingBusy {
+                let pool = try DatabasePool(path: url.path, configuration: configuration)
+                // GRDB turns the writer to synchronous = NORMAL when it enables WAL, after
+                // prepareDatabase ran: set FULL again, so a commit is on disk when it returns.
+                try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+                try Self.schema.migrate(pool)
+                return pool
+            }
         }
-        // GRDB turns the writer to synchronous = NORMAL when it enables WAL, after
-        // prepareDatabase ran: set FULL again, so a commit is on disk when it returns.
-        try CourierError.wrapping(.io, "cannot configure the state database \(url.path)") {
-            try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-        }
-        var migrator = DatabaseMigrator()
-        for (name, body) in Self.migrations {
-            migrator.registerMigration(name) { db in try body(db) }
-        }
-        try CourierError.wrapping(.io, "cannot migrate the state database \(url.path)") { try migrator.migrate(pool) }
     }
+
+    /// The state database's schema: `migrations` under `SchemaMigrations`.
+    static var schema: SchemaMigrations { SchemaMigrations(migrations) }
 
     /// Runs `body` in one write transaction and commits it.
     ///

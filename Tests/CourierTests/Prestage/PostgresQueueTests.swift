@@ -75,6 +75,51 @@ struct PostgresQueueTests {
         }
     }
 
+    /// The schema as PostgreSQL describes it: columns, indexes, constraints, versions recorded.
+    static func schemaDescription(_ server: PostgresServer) throws -> [String] {
+        try [
+            "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, ''), ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE table_schema = 'public'",
+            "SELECT string_agg(indexdef, '; ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = 'public'",
+            "SELECT string_agg(conname || ' ' || pg_get_constraintdef(oid), '; ' ORDER BY conname) FROM pg_constraint WHERE connamespace = 'public'::regnamespace",
+            "SELECT string_agg(version::text, ',' ORDER BY version) FROM courier_schema_version",
+        ].map { try server.psql($0) }
+    }
+
+    @Test("8 sessions migrate one database at once, from nothing and from each older version, 20 times: one schema")
+    func concurrentMigrations() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let configuration = try PostgresURL(parsing: server.url).connectionConfiguration
+        let reset = "DROP SCHEMA public CASCADE; CREATE SCHEMA public"
+        try await Self.connection(to: server, migratedTo: PostgresSchema.currentVersion).close()
+        let reference = try Self.schemaDescription(server)
+        for start in 0..<PostgresSchema.currentVersion {
+            for round in 0..<20 {
+                try server.psql(reset)
+                if start > 0 { try await Self.connection(to: server, migratedTo: start).close() }
+                // Each session as a separate process would open it: its own connection (backend).
+                let versions = try await withThrowingTaskGroup(of: Int.self) { group in
+                    for id in 0..<8 {
+                        group.addTask {
+                            let connection = try await PostgresConnection.connect(configuration: configuration, id: id, logger: Self.logger)
+                            do {
+                                let version = try await PostgresSchema.migrate(connection: connection, logger: Self.logger)
+                                try await connection.close()
+                                return version
+                            } catch {
+                                try? await connection.close()
+                                throw error
+                            }
+                        }
+                    }
+                    return try await group.reduce(into: [Int]()) { $0.append($1) }
+                }
+                #expect(versions == Array(repeating: PostgresSchema.currentVersion, count: 8), "from \(start), round \(round)")
+                #expect(try Self.schemaDescription(server) == reference, "from \(start), round \(round)")
+            }
+        }
+    }
+
     @Test("a version 1 database migrates to 2: its runs' plans keep their JSON as stored bytes, uncompressed; task documents become optional")
     func migrationTwo() async throws {
         let server = try PostgresServer()
