@@ -20,7 +20,7 @@ struct ServeCommand: AsyncParsableCommand {
             (REFUND and REVOKE revoke a transaction, REFUND_REVERSED reinstates it), recorded in \
             <storage>/origin.sqlite. Prints the bound port (a `listening` event with --json); \
             SIGTERM or SIGINT stop it gracefully. Limits by default: a request head within 10 s, \
-            30 s idle, 30 s for a client that reads nothing, 1024 connections. \
+            a whole request within 30 s and at 500 bytes/s at least (after 5 s), 30 s idle, 30 s for a client that reads nothing, 1024 connections. \
             GET /authorize answers nginx's auth_request (204, 401 or 403 for the path in \
             X-Original-URI); `courier origin nginx-config` prints the nginx configuration that uses \
             it. --metrics-port serves Prometheus metrics at GET /metrics on a port of its own. \
@@ -53,6 +53,16 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("header-timeout"), help: "Seconds a client has to send a complete request head (default 10; or serve.headerTimeout).")
     var headerTimeout: Double?
+
+    @Option(
+        name: .customLong("request-timeout"),
+        help: "Seconds a whole request, head and body, has from its first byte (default 30; or serve.requestTimeout).")
+    var requestTimeout: Double?
+
+    @Option(
+        name: .customLong("min-request-rate"),
+        help: "Bytes per second a request must average once 5 s have passed, else it is closed (default 500; or serve.minRequestRate).")
+    var minRequestRate: Int64?
 
     @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may wait without a request part (default 30; or serve.idleTimeout).")
     var idleTimeout: Double?
@@ -100,7 +110,8 @@ struct ServeCommand: AsyncParsableCommand {
             if let value, !(0...65535).contains(value) { throw ValidationError("\(name) must be 0...65535") }
         }
         if let limitRate, limitRate <= 0 { throw ValidationError("--limit-rate must be positive") }
-        for (name, value) in [("--header-timeout", headerTimeout), ("--idle-timeout", idleTimeout), ("--send-timeout", sendTimeout), ("--max-token-age", maxTokenAge)] {
+        if let minRequestRate, minRequestRate <= 0 { throw ValidationError("--min-request-rate must be positive") }
+        for (name, value) in [("--header-timeout", headerTimeout), ("--request-timeout", requestTimeout), ("--idle-timeout", idleTimeout), ("--send-timeout", sendTimeout), ("--max-token-age", maxTokenAge)] {
             if let value, !(value > 0 && value.isFinite) { throw ValidationError("\(name) must be a positive number of seconds") }
         }
         if let maxConnections, maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
@@ -120,6 +131,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let `public` { serve.public = `public` }
         if let limitRate { serve.limitRate = limitRate }
         if let headerTimeout { serve.headerTimeout = headerTimeout }
+        if let requestTimeout { serve.requestTimeout = requestTimeout }
+        if let minRequestRate { serve.minRequestRate = minRequestRate }
         if let idleTimeout { serve.idleTimeout = idleTimeout }
         if let sendTimeout { serve.sendTimeout = sendTimeout }
         if let maxConnections { serve.maxConnections = maxConnections }

@@ -162,7 +162,7 @@ public struct PostgresPrestage: Sendable {
             // Anything heard from now on wakes the wait below at once.
             let seen = news.generation
             if !coordinator { coordinator = try await runs.tryLock(runKey, on: lock) }
-            var open = try await runs.openRun(runKey)
+            var open = try await runs.openRun(runKey) { [runner] in try runner.storedPlan($0, products: products) }
             if open == nil {
                 guard coordinator else {
                     // Another process is planning (or just finished a run): look again when it
@@ -287,8 +287,9 @@ struct RunTable: Sendable {
         }
     }
 
-    /// The open run of `key` and its plan, if any.
-    func openRun(_ key: String) async throws -> (Int64, PrestagePlan)? {
+    /// The open run of `key` and its plan, if any, read by `decode` (which checks it: a row is
+    /// untrusted input, `PrestagePlan.decodeStored`).
+    func openRun(_ key: String, decode: (Data) throws -> PrestagePlan = PrestagePlan.decode) async throws -> (Int64, PrestagePlan)? {
         let found: (Int64, ByteBuffer)? = try await perform("cannot read the open run in PostgreSQL") {
             let rows = try await client.query(
                 "SELECT run_id, plan FROM prestage_run WHERE run_key = \(key) AND state = 'running'", logger: logger)
@@ -296,7 +297,7 @@ struct RunTable: Sendable {
             return nil
         }
         guard let (runId, document) = found else { return nil }
-        return (runId, try PrestagePlan.decode(Data(document.readableBytesView)))
+        return (runId, try decode(Data(document.readableBytesView)))
     }
 
     /// Inserts a run and its tasks in one statement (one transaction); returns its id.

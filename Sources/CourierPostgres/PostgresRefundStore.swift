@@ -35,12 +35,12 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
     public static func open(url: PostgresURL, refreshInterval: Duration = .seconds(10), logger: Logger) async throws
         -> PostgresRefundStore
     {
-        let ids: Set<String>
+        let revocations: [RevokedSet.Revocation]
         do {
             let connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration, id: 1, logger: logger)
             do {
                 try await PostgresSchema.migrate(connection: connection, logger: logger)
-                ids = try await loadRevoked(connection.query(selectRevoked, logger: logger))
+                revocations = try await loadRevoked(connection.query(selectRevoked, logger: logger))
                 try? await connection.close()
             } catch {
                 try? await connection.close()
@@ -50,11 +50,15 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
             throw PostgresErrors.wrap(error, "cannot open the origin's refunds in PostgreSQL at \(url)")
         }
         let client = PostgresClient(configuration: try url.clientConfiguration, backgroundLogger: logger)
-        return PostgresRefundStore(url: url, client: client, revoked: RevokedSet(ids), refreshInterval: refreshInterval, logger: logger)
+        return PostgresRefundStore(url: url, client: client, revoked: RevokedSet(revocations), refreshInterval: refreshInterval, logger: logger)
     }
 
     public func isRevoked(_ transactionId: String) -> Bool {
         revoked.contains(transactionId)
+    }
+
+    public func isPurchaseRevoked(originalTransactionId: String) -> Bool {
+        revoked.containsPurchase(originalTransactionId)
     }
 
     public func run() async throws {
@@ -116,14 +120,16 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
                         notification_uuid = excluded.notification_uuid, signed_date = excluded.signed_date,
                         updated_at = excluded.updated_at
                     """, logger: logger)
-                let message = (revoke ? "1" : "0") + transaction.transactionId
+                let message = Self.message(
+                    RevokedSet.Revocation(transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId),
+                    revoked: revoke)
                 try await connection.query("SELECT pg_notify(\(Self.channel), \(message))", logger: logger)
                 return revoke ? .revoked : .reinstated
             }
         } catch {
             throw PostgresErrors.wrap(error, "cannot record the notification in PostgreSQL at \(url)")
         }
-        revoked.record(outcome, for: transaction?.transactionId)
+        revoked.record(outcome, for: transaction)
         return outcome
     }
 
@@ -136,12 +142,33 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
         }
     }
 
-    static var selectRevoked: PostgresQuery { "SELECT transaction_id FROM origin_transaction_status WHERE revoked" }
+    static var selectRevoked: PostgresQuery {
+        "SELECT transaction_id, original_transaction_id FROM origin_transaction_status WHERE revoked"
+    }
 
-    static func loadRevoked(_ rows: PostgresRowSequence) async throws -> Set<String> {
-        var ids = Set<String>()
-        for try await id in rows.decode(String.self) { ids.insert(id) }
-        return ids
+    static func loadRevoked(_ rows: PostgresRowSequence) async throws -> [RevokedSet.Revocation] {
+        var revocations: [RevokedSet.Revocation] = []
+        for try await (id, original) in rows.decode((String, String).self) {
+            revocations.append(RevokedSet.Revocation(transactionId: id, originalTransactionId: original))
+        }
+        return revocations
+    }
+
+    /// The `NOTIFY courier_refunds` payload of a revocation (`1`) or a reinstatement (`0`): the
+    /// flag, the transaction id, a line feed and its original's id. (Transaction ids are digits;
+    /// a payload without the line feed names the transaction as its own original.)
+    static func message(_ revocation: RevokedSet.Revocation, revoked: Bool) -> String {
+        (revoked ? "1" : "0") + revocation.transactionId + "\n" + revocation.originalTransactionId
+    }
+
+    /// A payload `message` wrote, or nil for anything else.
+    static func parse(_ payload: String) -> (RevokedSet.Revocation, revoked: Bool)? {
+        guard let flag = payload.first, flag == "1" || flag == "0" else { return nil }
+        let ids = payload.dropFirst().split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let id = ids.first, !id.isEmpty else { return nil }
+        let original = ids.count > 1 ? ids[1] : id
+        guard !original.isEmpty else { return nil }
+        return (RevokedSet.Revocation(transactionId: String(id), originalTransactionId: String(original)), flag == "1")
     }
 
     /// LISTENs for other gates' refunds; reconnects after a pause when the connection drops.
@@ -166,9 +193,8 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
     }
 
     private func applyNotification(_ payload: String) {
-        guard let first = payload.first else { return }
-        let id = String(payload.dropFirst())
-        if first == "1" || first == "0" { revoked.set(id, revoked: first == "1") }
+        guard let (revocation, flag) = Self.parse(payload) else { return }
+        revoked.set(revocation, revoked: flag)
     }
 
     private func refreshPeriodically() async {

@@ -202,6 +202,8 @@ public struct PostgresWorkQueue: PrestageWorkQueue {
                     // A run's rows hold no document: its plan, which this process holds, has them all.
                     guard let document = stored else { throw CourierError(.integrity, "\(id) is in neither this process's plan nor its row") }
                     let task = try decoder.decode(PrestageTask.self, from: Data(document.utf8))
+                    // A row is untrusted input: its task must be one a plan could hold.
+                    try task.check()
                     guard task.downloadId == id else { throw CourierError(.integrity, "the row of \(id) holds the task of \(task.downloadId)") }
                     read.append(task)
                 } catch let error as CourierError {

@@ -121,7 +121,27 @@ public protocol BearerTokenVerifier: Sendable {
 /// Transactions the App Store revoked after they were signed (refunds), learnt from App Store
 /// Server Notifications: their signed form still verifies, so the gate asks this too.
 public protocol RevocationSource: Sendable {
+    /// Whether a notification revoked transaction `transactionId` itself.
     func isRevoked(_ transactionId: String) -> Bool
+    /// Whether a notification revoked any copy of the purchase `originalTransactionId`: the
+    /// original, or any restored copy of it (a refund names one copy and takes the purchase
+    /// back). The default asks `isRevoked(originalTransactionId)`, which sees only a refund that
+    /// named the original itself; the stores answer for every copy.
+    func isPurchaseRevoked(originalTransactionId: String) -> Bool
+    /// The gate's one question per transaction: `isRevoked(transactionId)`, or, when
+    /// `originalTransactionId` is given (a one-time purchase), `isPurchaseRevoked` of it. A
+    /// source whose answers cost a look at a store looks once (`SharedRevocations`).
+    func isRevoked(_ transactionId: String, orPurchase originalTransactionId: String?) -> Bool
+}
+
+extension RevocationSource {
+    public func isPurchaseRevoked(originalTransactionId: String) -> Bool {
+        isRevoked(originalTransactionId)
+    }
+
+    public func isRevoked(_ transactionId: String, orPurchase originalTransactionId: String?) -> Bool {
+        isRevoked(transactionId) || originalTransactionId.map { isPurchaseRevoked(originalTransactionId: $0) } ?? false
+    }
 }
 
 extension OriginStateStore: RevocationSource {}
@@ -201,10 +221,13 @@ public struct ReceiptAccessGate: AccessGate {
         var revokedIds: [String] = []
         if let revocations {
             transactions.removeAll { transaction in
-                // A refund names the purchase's transaction; for a one-time purchase a restored
-                // copy shares its originalTransactionId, a renewal of a subscription does not.
-                let revoked = revocations.isRevoked(transaction.transactionId)
-                    || (transaction.type != .autoRenewable && revocations.isRevoked(transaction.originalTransactionId))
+                // A refund names one transaction. For a one-time purchase, the original and its
+                // restored copies share an originalTransactionId, and a refund of any of them
+                // takes the purchase back: every copy is refused. A subscription's renewals share
+                // one too, but a refund there is one period's: only that transaction is refused.
+                let revoked = revocations.isRevoked(
+                    transaction.transactionId,
+                    orPurchase: transaction.type == .autoRenewable ? nil : transaction.originalTransactionId)
                 if revoked { revokedIds.append(transaction.transactionId) }
                 return revoked
             }

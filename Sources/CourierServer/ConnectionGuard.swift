@@ -40,8 +40,15 @@ final class ConnectionLimiter: Sendable {
 ///   opening, and of the end of each exchange (its request read and its response written) on a
 ///   kept-alive connection; otherwise the connection is closed without an answer. A client that
 ///   sends half a head and waits ("slowloris"), before or after an answered request, holds
-///   nothing for long. A slow body, or a response being sent, is not the deadline's business
-///   (the idle timeout, `HTTPConnectionStateHandler`, handles a stalled body).
+///   nothing for long. A response being sent is not the deadline's business.
+/// - Whole request: a request, head and body, must be received within `requestTimeout` of its
+///   first byte, and, once `rateGrace` has passed, at an average of at least `minimumRate` bytes
+///   per second since that byte; otherwise the connection is closed without an answer. The idle
+///   timeout restarts with each byte, so a body sent a byte every few seconds (`POST
+///   /notifications`, or a GET with a body) held its connection for as long as it lasted: four
+///   of them held a server of four connections. The clock starts at the request's first byte
+///   and stops when its end is decoded; a response being sent holds it (a pipelined request
+///   waits for it, not for its client), and its end restarts it.
 ///
 /// The deadline is decided from counts, not from the order in which events arrive: a response's
 /// end reaches this handler after the client may already hold the response's bytes (and may
@@ -56,9 +63,22 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     typealias OutboundOut = ByteBuffer
 
     let headTimeout: TimeAmount?
+    /// The whole request's deadline from its first byte; nil for none.
+    let requestTimeout: TimeAmount?
+    /// The least average rate of a request, in bytes per second, once `rateGrace` has passed
+    /// since its first byte; nil for none.
+    let minimumRate: Int64?
     let limiter: ConnectionLimiter?
     let logger: Logger
-    /// Turned away by the cap, or closed by the deadline: nothing more it sends is read.
+    /// How long a request may be slower than `minimumRate` from its first byte (Kestrel's grace
+    /// period): a client that sends its head, then its body a moment later, is not cut.
+    static let rateGrace = TimeAmount.seconds(5)
+    /// Bytes received on the connection so far.
+    private var received: Int64 = 0
+    /// The request being received: when its first byte came, and `received` before it.
+    private var request: (start: NIODeadline, bytesBefore: Int64)?
+    private var requestTimer: Scheduled<Void>?
+    /// Turned away by the cap, or closed by a deadline: nothing more it sends is read.
     private(set) var closing = false
     private var started = false
     /// Request heads decoded, request ends decoded, response ends written.
@@ -69,8 +89,13 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     private var deadline: Scheduled<Void>?
     private var context: ChannelHandlerContext?
 
-    init(headTimeout: TimeAmount?, limiter: ConnectionLimiter?, logger: Logger) {
+    init(
+        headTimeout: TimeAmount?, requestTimeout: TimeAmount? = nil, minimumRate: Int64? = nil, limiter: ConnectionLimiter?,
+        logger: Logger
+    ) {
         self.headTimeout = headTimeout
+        self.requestTimeout = requestTimeout
+        self.minimumRate = minimumRate.flatMap { $0 > 0 ? $0 : nil }
         self.limiter = limiter
         self.logger = logger
     }
@@ -101,6 +126,14 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !closing else { return }
+        let count = Int64(unwrapInboundIn(data).readableBytes)
+        if count > 0 {
+            received += count
+            if request == nil, requestTimeout != nil || minimumRate != nil {
+                request = (NIODeadline.now(), received - count)
+                scheduleRequestCheck()
+            }
+        }
         context.fireChannelRead(data)
     }
 
@@ -111,16 +144,76 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
         deadline = nil
     }
 
-    /// The decoder produced a request's end.
+    /// The decoder produced a request's end: its clock stops (or restarts, for a request whose
+    /// head is already decoded behind it).
     func requestEnded() {
         requests += 1
+        stopRequestClock()
+        if heads > requests, requestTimeout != nil || minimumRate != nil {
+            request = (NIODeadline.now(), received)
+            scheduleRequestCheck()
+        }
         armIfAwaitingHead()
     }
 
-    /// A response's end was written.
+    /// A response's end was written: the clock of a request received meanwhile starts again.
     func responseEnded() {
         responses += 1
+        if request != nil {
+            request = (NIODeadline.now(), received)
+            scheduleRequestCheck()
+        }
         armIfAwaitingHead()
+    }
+
+    private func stopRequestClock() {
+        request = nil
+        requestTimer?.cancel()
+        requestTimer = nil
+    }
+
+    /// Schedules the next look at the request being received: when its deadline passes, or when
+    /// its bytes so far fall below the minimum rate (never before the grace period ends).
+    private func scheduleRequestCheck() {
+        guard let request, let context, !closing else { return }
+        var due = requestTimeout.map { request.start + $0 }
+        if let minimumRate {
+            // `bytes` last until start + bytes / rate (seconds, bounded: no overflow).
+            let bytes = received - request.bytesBefore
+            let nanoseconds = bytes >= Int64.max / 1_000_000_000 ? Int64.max / 2 : bytes * 1_000_000_000 / minimumRate
+            let rateDue = request.start + max(Self.rateGrace, .nanoseconds(min(nanoseconds, Int64.max / 2)))
+            due = min(due ?? rateDue, rateDue)
+        }
+        guard let due else { return }
+        requestTimer?.cancel()
+        requestTimer = context.eventLoop.assumeIsolated().scheduleTask(deadline: due) { [weak self] in
+            self?.checkRequest()
+        }
+    }
+
+    /// Closes the connection when the request being received is past its deadline or below the
+    /// minimum rate, else looks again later. A response being sent holds the clock.
+    private func checkRequest() {
+        requestTimer = nil
+        guard let request, !closing, let context else { return }
+        if responses < requests { return }  // `responseEnded` restarts the clock
+        let elapsed = NIODeadline.now() - request.start
+        let bytes = received - request.bytesBefore
+        var reason: String?
+        if let requestTimeout, elapsed >= requestTimeout {
+            reason = "the request was not received whole within \(requestTimeout)"
+        } else if let minimumRate, elapsed >= Self.rateGrace,
+            Double(bytes) < Double(minimumRate) * Double(elapsed.nanoseconds) / 1e9
+        {
+            reason = "the request arrived slower than \(minimumRate) bytes per second (\(bytes) bytes in \(elapsed))"
+        }
+        guard let reason else {
+            scheduleRequestCheck()
+            return
+        }
+        closing = true
+        logger.debug("connection closed: \(reason)")
+        context.close(promise: nil)
     }
 
     private func armIfAwaitingHead() {
@@ -165,6 +258,7 @@ final class ConnectionGuardHandler: ChannelInboundHandler, RemovableChannelHandl
     private func finish() {
         deadline?.cancel()
         deadline = nil
+        stopRequestClock()
         if holdsSlot {
             holdsSlot = false
             limiter?.release()
@@ -343,6 +437,9 @@ struct GuardedHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
 
     let inner: HTTP1Channel
     let headTimeout: TimeAmount?
+    /// A whole request's deadline from its first byte, and its least rate (bytes per second).
+    var requestTimeout: TimeAmount? = nil
+    var minimumRequestRate: Int64? = nil
     let limiter: ConnectionLimiter?
     /// How long a close waits for a finished response to reach the socket, and how long
     /// connections may stay open after a graceful shutdown began.
@@ -355,12 +452,16 @@ struct GuardedHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let headTimeout = headTimeout
+        let requestTimeout = requestTimeout
+        let minimumRequestRate = minimumRequestRate
         let limiter = limiter
         let drainTimeout = drainTimeout
         let sendTimeout = sendTimeout
         return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let operations = channel.pipeline.syncOperations
-            let guardHandler = ConnectionGuardHandler(headTimeout: headTimeout, limiter: limiter, logger: logger)
+            let guardHandler = ConnectionGuardHandler(
+                headTimeout: headTimeout, requestTimeout: requestTimeout, minimumRate: minimumRequestRate, limiter: limiter,
+                logger: logger)
             let stateHandler = try operations.handler(type: HTTPConnectionStateHandler.self)
             try operations.addHandler(RequestPartObserver(guardHandler: guardHandler, drainTimeout: drainTimeout, sendTimeout: sendTimeout, logger: logger), position: .before(stateHandler))
             try operations.addHandler(guardHandler, position: .first)

@@ -43,6 +43,8 @@ public struct ContentOrigin: Service {
             GuardedHTTP1Channel(
                 inner: HTTP1Channel(responder: responder, configuration: .init(idleTimeout: idleTimeout)),
                 headTimeout: headTimeout,
+                requestTimeout: configuration.requestTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) },
+                minimumRequestRate: configuration.minRequestRate,
                 limiter: limiter,
                 drainTimeout: .nanoseconds(Int64(max(0, configuration.shutdownGracePeriod) * 1e9)),
                 sendTimeout: configuration.sendTimeout.map { TimeAmount.nanoseconds(Int64($0 * 1e9)) }

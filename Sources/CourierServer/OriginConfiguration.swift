@@ -25,6 +25,12 @@ public struct OriginConfiguration: Sendable {
     /// written); the connection is closed after that, so it also bounds how long a kept-alive
     /// connection waits for its next request. nil for no deadline. Default 10.
     public var requestHeadTimeout: Double?
+    /// Seconds a whole request, head and body, has from its first byte; the connection is
+    /// closed after that, however steadily its bytes come. nil for no deadline. Default 30.
+    public var requestTimeout: Double?
+    /// Bytes per second a request (head and body) must average from its first byte once 5 s have
+    /// passed; a slower one's connection is closed. nil for no minimum. Default 500.
+    public var minRequestRate: Int64?
     /// Seconds a connection may stay without reading a request part (a stalled body, or waiting
     /// for a request when there is no head deadline) before it is closed; a response being sent
     /// is never cut by it. nil for none. Default 30.
@@ -44,6 +50,8 @@ public struct OriginConfiguration: Sendable {
     public static let defaultIdleTimeout: Double = 30
     public static let defaultMaxConnections = 1024
     public static let defaultSendTimeout: Double = 30
+    public static let defaultRequestTimeout: Double = 30
+    public static let defaultMinRequestRate: Int64 = 500
 
     public init(
         contentDirectory: URL,
@@ -57,8 +65,12 @@ public struct OriginConfiguration: Sendable {
         idleTimeout: Double? = OriginConfiguration.defaultIdleTimeout,
         maxConnections: Int? = OriginConfiguration.defaultMaxConnections,
         sendTimeout: Double? = OriginConfiguration.defaultSendTimeout,
-        maxTokenAge: Double? = nil
+        maxTokenAge: Double? = nil,
+        requestTimeout: Double? = OriginConfiguration.defaultRequestTimeout,
+        minRequestRate: Int64? = OriginConfiguration.defaultMinRequestRate
     ) {
+        self.requestTimeout = requestTimeout
+        self.minRequestRate = minRequestRate
         self.contentDirectory = contentDirectory.standardizedFileURL
         self.catalogFile = catalogFile ?? contentDirectory.appendingPathComponent("catalog.json")
         self.host = host
@@ -91,7 +103,9 @@ extension OriginConfiguration {
             idleTimeout: serve.idleTimeout,
             maxConnections: serve.maxConnections,
             sendTimeout: serve.sendTimeout,
-            maxTokenAge: serve.maxTokenAge
+            maxTokenAge: serve.maxTokenAge,
+            requestTimeout: serve.requestTimeout,
+            minRequestRate: serve.minRequestRate
         )
     }
 }

@@ -68,13 +68,11 @@ public final class OriginStateStore: Sendable {
             let opened = try SchemaMigrations.retryingBusy {
                 let queue = try DatabaseQueue(path: path, configuration: configuration)
                 try Self.schema.migrate(queue)
-                let ids = try queue.read { db in
-                    try String.fetchAll(db, sql: "SELECT transactionId FROM transactionStatus WHERE revoked = 1")
-                }
-                return (queue: queue, ids: ids)
+                let revocations = try queue.read { db in try Self.revocations(db) }
+                return (queue: queue, revocations: revocations)
             }
             queue = opened.queue
-            revoked = RevokedSet(Set(opened.ids))
+            revoked = RevokedSet(opened.revocations)
         } catch let error as CourierError {
             throw error
         } catch {
@@ -113,9 +111,23 @@ public final class OriginStateStore: Sendable {
         )
     ])
 
+    /// The revoked transactions recorded in `db`, each with its original purchase.
+    static func revocations(_ db: Database) throws -> [RevokedSet.Revocation] {
+        try Row.fetchAll(db, sql: "SELECT transactionId, originalTransactionId FROM transactionStatus WHERE revoked = 1").compactMap {
+            row -> RevokedSet.Revocation? in
+            guard let id: String = row["transactionId"], let original: String = row["originalTransactionId"] else { return nil }
+            return RevokedSet.Revocation(transactionId: id, originalTransactionId: original)
+        }
+    }
+
     /// Whether an App Store notification revoked `transactionId` (and no later one reversed it).
     public func isRevoked(_ transactionId: String) -> Bool {
         revoked.contains(transactionId)
+    }
+
+    /// Whether an App Store notification revoked any copy of the purchase `originalTransactionId`.
+    public func isPurchaseRevoked(originalTransactionId: String) -> Bool {
+        revoked.containsPurchase(originalTransactionId)
     }
 
     /// Applies a verified notification in one durable transaction: `REFUND` and `REVOKE` mark its
@@ -169,7 +181,7 @@ public final class OriginStateStore: Sendable {
         } catch {
             throw CourierError(.io, "cannot record the notification in \(url.path)", cause: "\(error)")
         }
-        revoked.record(outcome, for: transaction?.transactionId)
+        revoked.record(outcome, for: transaction)
         return outcome
     }
 
@@ -187,33 +199,80 @@ public final class OriginStateStore: Sendable {
     }
 }
 
-/// The revoked transaction ids, shared by the gate's requests and the notification handler.
+/// The revoked transactions, shared by the gate's requests and the notification handler, each
+/// with the original purchase it is a copy of (`originalTransactionId`: the purchase itself, or
+/// a restored copy of it, or a subscription's renewal).
+///
+/// `contains` answers for one transaction; `containsPurchase` for every copy of one original:
+/// a refund names one copy (the one the user asked about), and for a one-time purchase it takes
+/// the purchase back, so the gate refuses the original's token and every restored copy's
+/// (`ReceiptAccessGate`). A subscription's renewals share an original too; the gate asks only
+/// `contains` for them (one period's refund is that period's).
 public final class RevokedSet: Sendable {
-    private let ids: Mutex<Set<String>>
+    /// One revoked transaction and the original purchase it belongs to.
+    public struct Revocation: Sendable, Hashable {
+        public var transactionId: String
+        public var originalTransactionId: String
 
-    public init(_ ids: Set<String>) {
-        self.ids = Mutex(ids)
-    }
-
-    /// Replaces the whole set (a store that reloaded it).
-    public func replace(with ids: Set<String>) {
-        self.ids.withLock { $0 = ids }
-    }
-
-    public func contains(_ id: String) -> Bool {
-        ids.withLock { $0.contains(id) }
-    }
-
-    /// Marks `id` revoked, or no longer.
-    public func set(_ id: String, revoked: Bool) {
-        ids.withLock { ids in
-            if revoked { ids.insert(id) } else { ids.remove(id) }
+        public init(transactionId: String, originalTransactionId: String) {
+            self.transactionId = transactionId
+            self.originalTransactionId = originalTransactionId
         }
     }
 
-    /// Takes in what a store's applying a notification to `transactionId` did.
-    public func record(_ outcome: NotificationOutcome, for transactionId: String?) {
-        guard let transactionId, outcome == .revoked || outcome == .reinstated else { return }
-        set(transactionId, revoked: outcome == .revoked)
+    private struct State {
+        /// Revoked transaction id → its original's id.
+        var transactions: [String: String] = [:]
+        /// Original id → how many of its copies are revoked.
+        var originals: [String: Int] = [:]
+
+        init(_ revocations: [Revocation]) {
+            for revocation in revocations { set(revocation, revoked: true) }
+        }
+
+        mutating func set(_ revocation: Revocation, revoked: Bool) {
+            if let previous = transactions.removeValue(forKey: revocation.transactionId) {
+                originals[previous, default: 1] -= 1
+                if originals[previous] ?? 0 <= 0 { originals[previous] = nil }
+            }
+            guard revoked else { return }
+            transactions[revocation.transactionId] = revocation.originalTransactionId
+            originals[revocation.originalTransactionId, default: 0] += 1
+        }
+    }
+
+    private let state: Mutex<State>
+
+    public init(_ revocations: [Revocation]) {
+        state = Mutex(State(revocations))
+    }
+
+    /// Replaces the whole set (a store that reloaded it).
+    public func replace(with revocations: [Revocation]) {
+        let fresh = State(revocations)
+        state.withLock { $0 = fresh }
+    }
+
+    /// Whether transaction `id` itself is revoked.
+    public func contains(_ id: String) -> Bool {
+        state.withLock { $0.transactions[id] != nil }
+    }
+
+    /// Whether any copy of the original purchase `originalTransactionId` is revoked (the
+    /// original itself included).
+    public func containsPurchase(_ originalTransactionId: String) -> Bool {
+        state.withLock { $0.originals[originalTransactionId] != nil || $0.transactions[originalTransactionId] != nil }
+    }
+
+    /// Marks a transaction revoked, or no longer.
+    public func set(_ revocation: Revocation, revoked: Bool) {
+        state.withLock { $0.set(revocation, revoked: revoked) }
+    }
+
+    /// Takes in what a store's applying a notification about `transaction` did.
+    public func record(_ outcome: NotificationOutcome, for transaction: VerifiedTransaction?) {
+        guard let transaction, outcome == .revoked || outcome == .reinstated else { return }
+        let revocation = Revocation(transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId)
+        set(revocation, revoked: outcome == .revoked)
     }
 }

@@ -1,61 +1,73 @@
 import Courier
 import Foundation
+import GRDB
 import Synchronization
-
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The refunds in an origin's `origin.sqlite` that several gate processes on one machine share
 /// (`courier serve --storage DIR` with the same DIR): a notification applied by one gate is
 /// refused by every gate from its next request on.
 ///
-/// `OriginStateStore` answers `isRevoked` from the set it loaded when it was opened (and from the
-/// notifications it applied itself). This source looks at the state file on each question (two
-/// `stat` calls: the database and its WAL, no query) and, when another process committed since
-/// it last looked, opens the store again to load the current set. A state file that cannot be
-/// read again keeps the last set, and the next question tries again.
+/// `OriginStateStore` answers from the set it loaded when it was opened (and from the
+/// notifications it applied itself). This source keeps a connection of its own to the state
+/// file and asks SQLite's commit counter on each question (`PRAGMA data_version`, one statement,
+/// no table read): the counter changes with every transaction another connection commits, in
+/// the same commit, so two commits within one tick of the file's timestamps are both seen (file
+/// sizes and times, which it watched before, can stay the same across two commits). When it
+/// changed, the set is read again on the same connection. The counter is read before the set: a
+/// commit in between is seen again next time, never lost. A state file that cannot be read
+/// keeps the last set, and the next question tries again.
 public final class SharedRevocations: RevocationSource, Sendable {
     public let directory: URL
-    private let file: String
-    private let state: Mutex<(identity: [Int64], store: OriginStateStore)>
+    /// A connection of its own: `data_version` counts the commits of every other connection.
+    private let reader: DatabaseQueue
+    private let state: Mutex<(version: Int64?, revoked: RevokedSet)>
 
-    /// Opens the state in `directory` (as `OriginStateStore(directory:)` does).
+    /// Opens the state in `directory` (as `OriginStateStore(directory:)` does: created
+    /// owner-only and migrated if needed), then a reading connection to it.
     public init(directory: URL) throws {
         self.directory = directory
-        let identity = Self.identity(of: directory.appendingPathComponent("origin.sqlite").path)
         let store = try OriginStateStore(directory: directory)
-        self.file = store.url.path
-        self.state = Mutex((identity, store))
+        var configuration = Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(1)
+        do {
+            reader = try DatabaseQueue(path: store.url.path, configuration: configuration)
+        } catch {
+            throw CourierError(.io, "cannot open the origin's state \(store.url.path)", cause: "\(error)")
+        }
+        state = Mutex((nil, RevokedSet([RevokedSet.Revocation]())))
+        _ = current()
     }
 
     public func isRevoked(_ transactionId: String) -> Bool {
-        let now = Self.identity(of: file)
-        let store = state.withLock { current -> OriginStateStore in
-            if current.identity != now, let reopened = try? OriginStateStore(directory: directory) {
-                // The identity was taken before the set was read: a commit in between is seen
-                // again next time, never lost.
-                current = (now, reopened)
-            }
-            return current.store
-        }
-        return store.isRevoked(transactionId)
+        current().contains(transactionId)
     }
 
-    /// Device, inode, size and change times of the database and of its WAL (absent: zeros).
-    static func identity(of path: String) -> [Int64] {
-        var values: [Int64] = []
-        for name in [path, path + "-wal"] {
-            var info = Glibc.stat()
-            if stat(name, &info) == 0 {
-                values += [
-                    Int64(info.st_dev), Int64(info.st_ino), Int64(info.st_size), Int64(info.st_mtim.tv_sec),
-                    Int64(info.st_mtim.tv_nsec), Int64(info.st_ctim.tv_sec), Int64(info.st_ctim.tv_nsec),
-                ]
-            } else {
-                values += [0, 0, 0, 0, 0, 0, 0]
+    public func isPurchaseRevoked(originalTransactionId: String) -> Bool {
+        current().containsPurchase(originalTransactionId)
+    }
+
+    /// One look at the commit counter for both questions.
+    public func isRevoked(_ transactionId: String, orPurchase originalTransactionId: String?) -> Bool {
+        let revoked = current()
+        return revoked.contains(transactionId) || originalTransactionId.map { revoked.containsPurchase($0) } ?? false
+    }
+
+    /// The set as of the last commit: read again when the commit counter moved.
+    private func current() -> RevokedSet {
+        state.withLock { state in
+            do {
+                try reader.inDatabase { db in
+                    let version = try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version"))
+                    if let known = state.version, known == version { return }
+                    let revocations = try OriginStateStore.revocations(db)
+                    state.revoked.replace(with: revocations)
+                    state.version = version
+                }
+            } catch {
+                // Keeps the last set; the next question reads again.
             }
+            return state.revoked
         }
-        return values
     }
 }

@@ -86,16 +86,19 @@ struct NginxGateTests {
         }
 
         /// A signed purchase of `product` as transaction `id`.
-        func token(_ product: String, transaction id: String) throws -> String {
-            try chain.token(TestSigningChain.payload(productId: product, transactionId: id, environment: "Sandbox"))
+        /// `original`: the original purchase's transaction id, for a restored copy.
+        func token(_ product: String, transaction id: String, original: String? = nil) throws -> String {
+            try chain.token(
+                TestSigningChain.payload(productId: product, transactionId: id, originalTransactionId: original, environment: "Sandbox"))
         }
 
-        /// Apple's POST body for a REFUND of transaction `id` of `product`.
-        func refund(_ product: String, transaction id: String) throws -> Data {
+        /// Apple's POST body for a REFUND of transaction `id` of `product` (a copy of `original`).
+        func refund(_ product: String, transaction id: String, original: String? = nil) throws -> Data {
             let signed = Date().addingTimeInterval(-30)
             let info = try chain.token(
                 TestSigningChain.payload(
-                    productId: product, transactionId: id, revocationDate: signed.addingTimeInterval(-5), environment: "Sandbox", signedDate: signed
+                    productId: product, transactionId: id, originalTransactionId: original, revocationDate: signed.addingTimeInterval(-5),
+                    environment: "Sandbox", signedDate: signed
                 )
             )
             let payload: [String: Any] = [
@@ -334,6 +337,33 @@ struct NginxGateTests {
         }
         let answered = stack.authorizations(atLeast: asked + 8)
         #expect(answered - asked >= 8, "8 refused requests asked the gates \(answered - asked) times")
+    }
+
+    @Test("a refund of a restored copy POSTed through nginx: the original's token and every copy's are refused by both gates")
+    func refundOfARestoredCopy() throws {
+        let stack = try Stack()
+        defer { stack.stop() }
+        guard let nginx = stack.nginx else { return }
+        let original = "3000000000000100"
+        let tokens = try [stack.token(NginxGateTests.small, transaction: original, original: original)]
+            + ["3000000000000101", "3000000000000102"].map { try stack.token(NginxGateTests.small, transaction: $0, original: original) }
+        let path = "/" + ContentFixture.path(NginxGateTests.small)
+        func ask(_ gate: Int, _ token: String) throws -> Int {
+            try CurlExchange.runBlocking(
+                "http://127.0.0.1:\(stack.gates[gate].port)/authorize", ["-H", "X-Original-URI: \(path)", "-H", "Authorization: Bearer \(token)"]
+            ).status
+        }
+        for token in tokens { #expect(try stack.fetch(path, token: token) == 200) }
+        let body = stack.scratch.appending("refund.json")
+        try stack.refund(NginxGateTests.small, transaction: "3000000000000101", original: original).write(to: body)
+        let posted = try CurlExchange.runBlocking(
+            nginx.url("notifications").absoluteString, ["-X", "POST", "-H", "Content-Type: application/json", "--data-binary", "@\(body.path)"]
+        )
+        #expect(posted.json?["result"] as? String == "revoked")
+        for (index, token) in tokens.enumerated() {
+            #expect(try stack.fetch(path, token: token) == 403, "token \(index) still downloads through nginx")
+            for gate in 0..<2 { #expect(try ask(gate, token) == 403, "gate \(gate), token \(index)") }
+        }
     }
 
     @Test("with the decision cache, the Range requests of one download reach a gate once; another token or path asks again")

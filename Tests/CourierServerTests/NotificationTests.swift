@@ -41,11 +41,14 @@ struct NotificationTests {
         }
 
         /// A signed transaction for the pack (the token a client presents).
-        func purchase(revoked: Date? = nil, bundleId: String = "com.example.app", signedDate: Date = Date().addingTimeInterval(-600)) throws -> String {
+        func purchase(
+            revoked: Date? = nil, bundleId: String = "com.example.app", signedDate: Date = Date().addingTimeInterval(-600),
+            transactionId: String = NotificationTests.transactionId, originalTransactionId: String? = nil
+        ) throws -> String {
             try chain.token(
                 TestSigningChain.payload(
-                    productId: NotificationTests.pack, transactionId: NotificationTests.transactionId, bundleId: bundleId,
-                    revocationDate: revoked, environment: "Sandbox", signedDate: signedDate
+                    productId: NotificationTests.pack, transactionId: transactionId, originalTransactionId: originalTransactionId,
+                    bundleId: bundleId, revocationDate: revoked, environment: "Sandbox", signedDate: signedDate
                 )
             )
         }
@@ -57,13 +60,15 @@ struct NotificationTests {
             bundleId: String = "com.example.app",
             transactionBundleId: String = "com.example.app",
             signedDate: Date = Date(),
-            forgedBy forger: TestSigningChain? = nil
+            forgedBy forger: TestSigningChain? = nil,
+            transactionId: String = NotificationTests.transactionId,
+            originalTransactionId: String? = nil
         ) throws -> Data {
             let revoked = type == "REFUND_REVERSED" ? nil : signedDate.addingTimeInterval(-5)
             let info = try chain.token(
                 TestSigningChain.payload(
-                    productId: NotificationTests.pack, transactionId: NotificationTests.transactionId, bundleId: transactionBundleId,
-                    revocationDate: revoked, environment: "Sandbox", signedDate: signedDate
+                    productId: NotificationTests.pack, transactionId: transactionId, originalTransactionId: originalTransactionId,
+                    bundleId: transactionBundleId, revocationDate: revoked, environment: "Sandbox", signedDate: signedDate
                 )
             )
             let payload: [String: Any] = [
@@ -138,6 +143,96 @@ struct NotificationTests {
         #expect(try await Self.download(origin, token: token) == 200)
         #expect(try Self.recordedNotifications(store) == 3)
         try await origin.stop()
+    }
+
+    /// An original purchase and two restored copies of it (their `originalTransactionId` is the
+    /// original's), as StoreKit hands them to three devices.
+    static let original = "2000000000000100"
+    static let copies = ["2000000000000101", "2000000000000102"]
+
+    /// The three tokens of one purchase: the original's, then the copies'.
+    static func purchaseTokens(_ stack: Stack) throws -> [String] {
+        try [stack.purchase(transactionId: original, originalTransactionId: original)]
+            + copies.map { try stack.purchase(transactionId: $0, originalTransactionId: original) }
+    }
+
+    @Test("a refund of a restored copy refuses the original purchase and every copy; its reversal lets them all in again")
+    func refundOfARestoredCopy() async throws {
+        let stack = try Stack()
+        defer { stack.fixture.folder.remove() }
+        let (origin, _) = try await stack.start()
+        let tokens = try Self.purchaseTokens(stack)
+        for token in tokens { #expect(try await Self.download(origin, token: token) == 200) }
+        // Apple's REFUND names the copy the user asked about, with the original's id.
+        let refund = try stack.body(
+            "REFUND", signedDate: Date().addingTimeInterval(-60), transactionId: Self.copies[0], originalTransactionId: Self.original)
+        let answer = try await Self.post(refund, to: origin, in: stack.fixture.url)
+        #expect(answer.json?["result"] as? String == "revoked")
+        for (index, token) in tokens.enumerated() {
+            #expect(try await Self.download(origin, token: token) == 403, "token \(index) still downloads after the refund")
+        }
+        let reversed = try stack.body(
+            "REFUND_REVERSED", signedDate: Date().addingTimeInterval(-30), transactionId: Self.copies[0],
+            originalTransactionId: Self.original)
+        #expect(try await Self.post(reversed, to: origin, in: stack.fixture.url).json?["result"] as? String == "reinstated")
+        for token in tokens { #expect(try await Self.download(origin, token: token) == 200) }
+        // A refund of the original refuses the copies too; the set survives a restart.
+        let original = try stack.body(
+            "REFUND", signedDate: Date().addingTimeInterval(-10), transactionId: Self.original, originalTransactionId: Self.original)
+        #expect(try await Self.post(original, to: origin, in: stack.fixture.url).json?["result"] as? String == "revoked")
+        try await origin.stop()
+        let (restarted, _) = try await stack.start()
+        for token in tokens { #expect(try await Self.download(restarted, token: token) == 403) }
+        try await restarted.stop()
+    }
+
+    @Test("the gate: a refunded subscription renewal refuses that renewal only; a one-time purchase's refund refuses every copy")
+    func gateRules() async throws {
+        struct Tokens: BearerTokenVerifier {
+            let transactions: [String: VerifiedTransaction]
+            func transactions(proving token: String, now: Date) async throws -> [VerifiedTransaction] {
+                guard let transaction = transactions[token] else { throw CourierError(.receiptInvalid, "unknown") }
+                return [transaction]
+            }
+        }
+        func transaction(_ id: String, original: String, type: Catalog.ProductType) -> VerifiedTransaction {
+            VerifiedTransaction(
+                transactionId: id, originalTransactionId: original, productId: "p", bundleId: "com.example.app", type: type,
+                purchaseDate: Date().addingTimeInterval(-60), expiresDate: nil, revocationDate: nil, environment: "Sandbox",
+                signedDate: Date().addingTimeInterval(-60))
+        }
+        let tokens: [String: VerifiedTransaction] = [
+            "renewal1": transaction("R1", original: "R1", type: .autoRenewable),
+            "renewal2": transaction("R2", original: "R1", type: .autoRenewable),
+            "original": transaction("T1", original: "T1", type: .nonConsumable),
+            "copy": transaction("T2", original: "T1", type: .nonConsumable),
+        ]
+        let revoked = RevokedSet([
+            .init(transactionId: "R2", originalTransactionId: "R1"), .init(transactionId: "T2", originalTransactionId: "T1"),
+        ])
+        struct Source: RevocationSource {
+            let set: RevokedSet
+            func isRevoked(_ transactionId: String) -> Bool { set.contains(transactionId) }
+            func isPurchaseRevoked(originalTransactionId: String) -> Bool { set.containsPurchase(originalTransactionId) }
+        }
+        let gate = ReceiptAccessGate(
+            verifier: Tokens(transactions: tokens), entitlements: { transactions, _, _ in transactions.isEmpty ? [] : ["p"] },
+            revocations: Source(set: revoked))
+        let catalog = Catalog(bundleId: "com.example.app", products: [])
+        let content = ServedContent(
+            path: "/packages/p/x.zip", contentIdentifier: "p", productId: "p",
+            content: Catalog.Content(url: "packages/p/x.zip", sha256: String(repeating: "0", count: 64), length: 1, version: "1", placement: .cache))
+        func code(_ token: String) async -> GateReason {
+            let decision: GateDecision = await gate.authorize(bearer: token, content: content, catalog: catalog)
+            return decision.code
+        }
+        #expect(await code("renewal1") == .entitled)
+        #expect(await code("renewal2") == .revoked)
+        #expect(await code("original") == .revoked)
+        #expect(await code("copy") == .revoked)
+        revoked.set(.init(transactionId: "T2", originalTransactionId: "T1"), revoked: false)
+        #expect(await code("original") == .entitled)
+        #expect(await code("copy") == .entitled)
     }
 
     @Test("REVOKE revokes too; a notification older than the last applied one does not undo it")

@@ -2,6 +2,7 @@ import Courier
 import CourierServer
 import CourierTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -93,10 +94,12 @@ struct OriginLimitsTests {
     func slowHeadsAreClosed() async throws {
         let fixture = try fixture()
         defer { fixture.folder.remove() }
-        // No idle timeout: only the head deadline can close them.
+        // No idle timeout nor whole-request limits: only the head deadline can close them.
         let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
             $0.requestHeadTimeout = 2
             $0.idleTimeout = nil
+            $0.requestTimeout = nil
+            $0.minRequestRate = nil
         }
         let port = origin.port
         let slow = try await offPool {
@@ -311,6 +314,8 @@ struct OriginLimitsTests {
         let origin = try await RunningOrigin.start(content: fixture.url, gate: PublicAccessGate()) {
             $0.requestHeadTimeout = nil
             $0.idleTimeout = nil
+            $0.requestTimeout = nil
+            $0.minRequestRate = nil
             $0.maxConnections = 5
         }
         let port = origin.port
@@ -363,6 +368,130 @@ struct OriginLimitsTests {
             return status
         }
         #expect(freed == 200)
+        try await origin.stop()
+    }
+}
+
+/// Slow request bodies (issue 29, §6): the idle timeout restarts with each byte, so only the
+/// whole-request deadline and the minimum rate can free the slots they hold.
+@Suite("ContentOrigin limits: a whole request's deadline and minimum rate")
+struct SlowBodyTests {
+    final class StopFlag: Sendable {
+        private let value = Mutex(false)
+        var isSet: Bool { value.withLock { $0 } }
+        func set() { value.withLock { $0 = true } }
+    }
+
+    /// Sends one byte every `interval` seconds on `connection` until the server closes it, `stop`
+    /// is set, or `limit` bytes were sent; returns whether the server closed it.
+    static func drip(_ connection: RawConnection, every interval: Double, limit: Int, stop: StopFlag) -> Bool {
+        for _ in 0..<limit {
+            usleep(useconds_t(interval * 1_000_000))
+            if stop.isSet { return false }
+            if (try? connection.send("x")) == nil { return true }
+        }
+        return false
+    }
+
+    @Test("four slow bodies (POST /notifications, GET with a body) on a server of four connections: /health is answered within the deadline")
+    func slowBodiesAreCut() async throws {
+        let stack = try NotificationTests.Stack()
+        defer { stack.fixture.folder.remove() }
+        let store = try OriginStateStore(directory: stack.stateFolder)
+        // The defaults: a whole request within 30 s (requestTimeout), at 500 bytes/s at least
+        // once 5 s have passed (minRequestRate); the idle timeout (30 s) restarts with each byte.
+        let origin = try await RunningOrigin.start(
+            content: stack.fixture.url, gate: ReceiptAccessGate(verifier: stack.verifier, revocations: store),
+            notifications: NotificationReceiver(verifier: stack.verifier, store: store)
+        ) { $0.maxConnections = 4 }
+        #expect(OriginConfiguration.defaultRequestTimeout == 30 && OriginConfiguration.defaultMinRequestRate == 500)
+        let port = origin.port
+        let heads = [
+            "POST /notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+            "POST /notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+            "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nx",
+            "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nx",
+        ]
+        let connections = try await offPool {
+            try heads.map { head in
+                let connection = try RawConnection(port: port)
+                try connection.send(head)
+                return connection
+            }
+        }
+        let started = Date()
+        let stop = StopFlag()
+        // One byte a second each (the issue's attack sent one every 5 s), for 45 s at most.
+        let drips = connections.map { connection in
+            Task.detached { Self.drip(connection, every: 1, limit: 45, stop: stop) }
+        }
+        // /health is refused while the four hold the server, then answered.
+        let (statuses, answeredAfter) = try await offPool { () -> ([Int], Double) in
+            var statuses: [Int] = []
+            while Date().timeIntervalSince(started) < 40 {
+                let status = (try? CurlExchange.runBlocking("http://127.0.0.1:\(port)/health", []))?.status ?? 0
+                statuses.append(status)
+                if status == 200 { break }
+                usleep(250_000)
+            }
+            return (statuses, Date().timeIntervalSince(started))
+        }
+        stop.set()
+        var closedByServer: [Bool] = []
+        for drip in drips { closedByServer.append(await drip.value) }
+        #expect(statuses.contains(503), "the four slow bodies never held the server: \(statuses)")
+        #expect(statuses.last == 200, "/health was never answered in 40 s: \(statuses)")
+        // Documented: a request slower than minRequestRate is closed 5 s after its first byte,
+        // and any is closed requestTimeout (30 s) after it; the bound here is the latter.
+        #expect(answeredAfter < OriginConfiguration.defaultRequestTimeout, "answered after \(answeredAfter) s")
+        #expect(closedByServer == [true, true, true, true], "\(closedByServer)")
+        // Nothing answered the slow POSTs: their connections were closed.
+        let results = try await offPool { connections.map { $0.readUntilClosed(timeout: 30) } }
+        #expect(results.allSatisfy { $0.closed })
+        #expect(results[0].bytes.isEmpty && results[1].bytes.isEmpty)
+        try await origin.stop()
+    }
+
+    @Test("a body that keeps the minimum rate is read whole; one past the whole-request deadline is cut even at a good rate")
+    func deadlineAndRate() async throws {
+        let stack = try NotificationTests.Stack()
+        defer { stack.fixture.folder.remove() }
+        let store = try OriginStateStore(directory: stack.stateFolder)
+        let origin = try await RunningOrigin.start(
+            content: stack.fixture.url, gate: ReceiptAccessGate(verifier: stack.verifier, revocations: store),
+            notifications: NotificationReceiver(verifier: stack.verifier, store: store)
+        ) {
+            $0.requestTimeout = 8
+            $0.minRequestRate = 100
+        }
+        let port = origin.port
+        let head = "POST /notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        // 2,000 bytes of body in 20 writes over 2 s (1,000 bytes/s): read whole, then judged
+        // (not a notification: 400).
+        let answered = try await offPool { () -> String in
+            let connection = try RawConnection(port: port)
+            try connection.send(head + "Content-Length: 2000\r\nConnection: close\r\n\r\n")
+            for _ in 0..<20 {
+                usleep(100_000)
+                try connection.send(String(repeating: "x", count: 100))
+            }
+            return String(decoding: connection.readUntilClosed(timeout: 30).bytes, as: UTF8.self)
+        }
+        #expect(answered.hasPrefix("HTTP/1.1 400"), "\(answered)")
+        // About 300 bytes a second (above the rate) for longer than the 8 s deadline: closed at
+        // it, not before (the bound is from before the request's first byte).
+        let (closed, after) = try await offPool { () -> (Bool, Double) in
+            let connection = try RawConnection(port: port)
+            let start = Date()
+            try connection.send(head + "Content-Length: 100000\r\n\r\n")
+            while Date().timeIntervalSince(start) < 30 {
+                usleep(200_000)
+                if (try? connection.send(String(repeating: "x", count: 60))) == nil { return (true, Date().timeIntervalSince(start)) }
+            }
+            return (false, Date().timeIntervalSince(start))
+        }
+        #expect(closed, "the request outlived its deadline")
+        #expect(after >= 8, "closed after \(after) s, before the 8 s deadline")
         try await origin.stop()
     }
 }

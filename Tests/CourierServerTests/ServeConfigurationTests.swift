@@ -27,7 +27,8 @@ struct ServeConfigurationTests {
               "public": true, "limitRate": 1048576, "headerTimeout": 2.5, "idleTimeout": 40, "sendTimeout": 50,
               "maxConnections": 16, "shutdownGracePeriod": 0, "metricsPort": 9100,
               "state": "postgresql://courier@127.0.0.1:5432/courier", "maxTokenAge": 3600,
-              "tokenCacheSize": 0, "tokenCacheLifetime": 60, "notifications": false}}
+              "tokenCacheSize": 0, "tokenCacheLifetime": 60, "notifications": false, "requestTimeout": 12,
+              "minRequestRate": 2048}}
             """#)
         defer { directory.remove() }
         let serve = configuration.serve
@@ -48,6 +49,7 @@ struct ServeConfigurationTests {
         #expect(serve.tokenCacheSize == 0)
         #expect(serve.tokenCacheLifetime == 60)
         #expect(!serve.notifications)
+        #expect(serve.requestTimeout == 12 && serve.minRequestRate == 2048)
         let content = configuration.resolvePath(try #require(serve.content))
         #expect(content.path == directory.url.appendingPathComponent("staged").standardizedFileURL.path)
 
@@ -55,6 +57,7 @@ struct ServeConfigurationTests {
         #expect(origin.host == "127.0.0.2" && origin.port == 0)
         #expect(origin.rateLimit == 1_048_576)
         #expect(origin.requestHeadTimeout == 2.5 && origin.idleTimeout == 40 && origin.sendTimeout == 50)
+        #expect(origin.requestTimeout == 12 && origin.minRequestRate == 2048)
         #expect(origin.maxConnections == 16 && origin.shutdownGracePeriod == 0 && origin.maxTokenAge == 3600)
         #expect(origin.catalogFile.path == content.appendingPathComponent("catalog.json").path)
     }
@@ -80,6 +83,7 @@ struct ServeConfigurationTests {
         #expect(fromDefaults.requestHeadTimeout == origin.requestHeadTimeout)
         #expect(fromDefaults.idleTimeout == origin.idleTimeout)
         #expect(fromDefaults.sendTimeout == origin.sendTimeout)
+        #expect(fromDefaults.requestTimeout == origin.requestTimeout && fromDefaults.minRequestRate == origin.minRequestRate)
         #expect(fromDefaults.maxConnections == origin.maxConnections)
         #expect(fromDefaults.shutdownGracePeriod == origin.shutdownGracePeriod)
         #expect(fromDefaults.rateLimit == origin.rateLimit && fromDefaults.maxTokenAge == origin.maxTokenAge)
@@ -91,6 +95,7 @@ struct ServeConfigurationTests {
             (#"{"port": 65536}"#, "serve.port"), (#"{"port": -1}"#, "serve.port"), (#"{"metricsPort": 70000}"#, "serve.metricsPort"),
             (#"{"headerTimeout": 0}"#, "serve.headerTimeout"), (#"{"idleTimeout": -5}"#, "serve.idleTimeout"),
             (#"{"sendTimeout": 0}"#, "serve.sendTimeout"), (#"{"maxTokenAge": 0}"#, "serve.maxTokenAge"),
+            (#"{"requestTimeout": 0}"#, "serve.requestTimeout"), (#"{"minRequestRate": 0}"#, "serve.minRequestRate"),
             (#"{"maxConnections": 0}"#, "serve.maxConnections"), (#"{"tokenCacheSize": -1}"#, "serve.tokenCacheSize"),
             (#"{"tokenCacheLifetime": 0}"#, "serve.tokenCacheLifetime"), (#"{"limitRate": 0}"#, "serve.limitRate"),
             (#"{"shutdownGracePeriod": -1}"#, "serve.shutdownGracePeriod"), (#"{"content": ""}"#, "serve.content"),

@@ -189,7 +189,11 @@ public struct PrestageJob: Sendable {
     public static func plannedEvent(_ plan: PrestagePlan) -> PrestageEvent {
         .planned(
             tasks: plan.tasks.count,
-            bytes: plan.tasks.reduce(0) { $0 + $1.content.length },
+            // Each length is at most `Catalog.Content.maxLength`; their sum saturates.
+            bytes: plan.tasks.reduce(Int64(0)) { sum, task in
+                let (total, overflow) = sum.addingReportingOverflow(max(0, task.content.length))
+                return overflow ? .max : total
+            },
             unchanged: plan.unchanged.count,
             refused: plan.refused.count
         )
@@ -300,8 +304,10 @@ public struct PrestageJob: Sendable {
         outcomes: [String: PrestageOutcome],
         events: @escaping @Sendable (PrestageEvent) -> Void
     ) throws -> PrestageSummary {
-        var (summary, catalog, paused) = Self.summarize(plan, outcomes: outcomes)
+        // What the run keeps as it is (a failed task's previous version, products not selected)
+        // comes from the catalog the tree has published now, not from the plan's copy.
         let published = try tree.publishedCatalog()
+        var (summary, catalog, paused) = Self.summarize(plan.keeping(published: published), outcomes: outcomes)
         catalog = PrestageManifests.attach(to: catalog, tree: tree, published: published, written: writtenManifests.all)
         let changed = published != catalog
         if changed {
@@ -440,6 +446,9 @@ public struct PrestageJob: Sendable {
         downloads: URL,
         events: @escaping @Sendable (PrestageEvent) -> Void
     ) async throws -> (Int64, Int64?) {
+        // A task from a shared queue was checked when it was read; checked again here, since
+        // its download id names a file in `downloads` and its staged path one in the tree.
+        try task.check()
         let file = downloads.appendingPathComponent("\(task.downloadId).zip", isDirectory: false)
         var fetched: Int64 = 0
         var bytes: [UInt8]?

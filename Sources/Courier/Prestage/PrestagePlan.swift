@@ -24,6 +24,36 @@ public struct PrestageTask: Sendable, Codable, Equatable {
 
     /// A stable id for the transfer journal: the same package resumes under the same id.
     public var downloadId: String { "prestage-\(contentIdentifier)-\(content.sha256.prefix(16))" }
+
+    /// Refuses a task a plan could not hold: its identifier cannot name a folder
+    /// (`PrestagePlan.isSafeIdentifier`) or is not its product's (or `<productId>.<itemId>`), its
+    /// digest is not 64 hex digits, its staged path is not the one the digest names
+    /// (`PrestagePlan.stagedPath`), its length is out of range or its source is not http(s) or a
+    /// file. Its download id then names a file in the work folder, and its staged path a file
+    /// under `packages/<identifier>/`. Checked wherever a task is read back from a store.
+    public func check() throws {
+        func refuse(_ reason: String) -> CourierError {
+            CourierError(
+                .integrity, "a recorded pre-staging task is not valid: \(reason)",
+                hint: "tasks are read back from the shared queue; check who can write to its database")
+        }
+        guard PrestagePlan.isSafeIdentifier(contentIdentifier) else {
+            let shown = String(String.UnicodeScalarView(contentIdentifier.unicodeScalars.prefix(80))).debugDescription
+            throw refuse("its content identifier \(shown) cannot name a folder")
+        }
+        let own = itemId.map { "\(productId).\($0)" } ?? productId
+        guard own == contentIdentifier else { throw refuse("\(contentIdentifier) is not the identifier of its product and item") }
+        guard PrestagePlan.isHexDigest(content.sha256) else { throw refuse("the sha256 of \(contentIdentifier) is not 64 hex digits") }
+        guard stagedPath == PrestagePlan.stagedPath(contentIdentifier: contentIdentifier, sha256: content.sha256) else {
+            throw refuse("\(contentIdentifier) is staged at \(String(stagedPath.prefix(80)).debugDescription), not at its digest's path")
+        }
+        guard (0...Catalog.Content.maxLength).contains(content.length) else {
+            throw refuse("the length of \(contentIdentifier) is out of range")
+        }
+        guard let scheme = source.scheme?.lowercased(), ["http", "https", "file"].contains(scheme) else {
+            throw refuse("the source of \(contentIdentifier) is not an http(s) or file URL")
+        }
+    }
 }
 
 /// What a pre-staging run must do: the packages that are new or changed against what the staging
@@ -45,7 +75,9 @@ public struct PrestagePlan: Sendable {
     public var refused: [(contentIdentifier: String, reason: String)]
 
     let upstream: Catalog
-    let published: Catalog?
+    /// The catalog the tree had published when the plan was made. `PrestageJob.publish` lays
+    /// the run over the catalog published at that moment instead (`keeping(published:)`).
+    private(set) var published: Catalog?
     let selection: Set<String>?
 
     /// Where the package of `contentIdentifier` with digest `sha256` is staged.
@@ -230,7 +262,8 @@ public struct PrestagePlan: Sendable {
         return Data(json.bytes)
     }
 
-    /// A plan `encoded()` before.
+    /// A plan `encoded()` before, checked as if it came from the network (`check()`): what a
+    /// process reads back from a store others can write (a PostgreSQL row) is untrusted input.
     public static func decode(_ data: Data) throws -> PrestagePlan {
         let snapshot: Snapshot
         do {
@@ -238,7 +271,131 @@ public struct PrestagePlan: Sendable {
         } catch {
             throw CourierError(.integrity, "the recorded pre-staging plan cannot be read", cause: "\(error)")
         }
-        return PrestagePlan(snapshot: snapshot)
+        let plan = PrestagePlan(snapshot: snapshot)
+        try plan.check()
+        return plan
+    }
+
+    /// A plan another process recorded for the run of `products` over `tree` (`courier prestage
+    /// --queue`): `decode`, and also what only the reader can know: the run is the one its
+    /// command line names (the same product selection), it has tasks (a plan with none is never
+    /// recorded), and its `published` catalog is either the one the tree has published or one
+    /// every entry of which is staged at its own digest's path (`checkPublished`).
+    public static func decodeStored(_ data: Data, tree: any StagingTree, products: Set<String>?) throws -> PrestagePlan {
+        let plan = try decode(data)
+        guard plan.selection == products else {
+            throw invalid("its product selection is not this run's (\(products.map { $0.sorted().joined(separator: ",") } ?? "every product"))")
+        }
+        guard !plan.tasks.isEmpty else { throw invalid("it has no task (a plan with nothing to fetch is never recorded)") }
+        try plan.checkPublished(against: tree)
+        return plan
+    }
+
+    /// The same plan laid over `published`, the catalog the tree has published now: the entries
+    /// the run keeps as they are (a failed task's previous version, products not selected) are
+    /// taken from it, not from the plan's copy, which another run key may have replaced since and
+    /// which a recorded plan could otherwise use to move one product's package under another.
+    public func keeping(published: Catalog?) -> PrestagePlan {
+        var plan = self
+        plan.published = published
+        return plan
+    }
+
+    /// The error of a plan that fails a check.
+    private static func invalid(_ reason: String) -> CourierError {
+        CourierError(
+            .integrity, "the recorded pre-staging plan is not valid: \(reason)",
+            hint: "a plan is read back from the shared queue; check who can write to its database")
+    }
+
+    /// An untrusted text for a message: at most 80 characters, escaped.
+    private static func quoted(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.prefix(80))).debugDescription
+    }
+
+    /// Refuses a plan `init` could not have made from its own upstream catalog (docs/scaling.md,
+    /// "A row is untrusted"): every task is the upstream entry of its identifier, that identifier
+    /// can name a folder (`isSafeIdentifier`), its digest is 64 hex digits and its staged path is
+    /// the one that digest names under that folder, its source is http(s) or a file; every
+    /// unchanged entry is an upstream entry; each selected upstream entry is a task, unchanged or
+    /// refused, and no identifier is both a task and unchanged or listed twice. So a worker never
+    /// writes outside the staging tree's folders and the catalog published from the plan lists
+    /// every entry it stages.
+    func check() throws {
+        var entries: [String: (productId: String, itemId: String?, content: Catalog.Content)] = [:]
+        var selected = Set<String>()
+        for entry in upstream.allContent {
+            if let selection, !selection.contains(entry.productId) { continue }
+            selected.insert(entry.contentIdentifier)
+            if entries[entry.contentIdentifier] == nil {
+                entries[entry.contentIdentifier] = (entry.productId, entry.itemId, entry.content)
+            }
+        }
+        var planned = Set<String>()
+        for task in tasks {
+            try task.check()
+            let identifier = task.contentIdentifier
+            guard let entry = entries[identifier], entry.productId == task.productId, entry.itemId == task.itemId,
+                entry.content == task.content
+            else {
+                throw Self.invalid("the task \(identifier) is not the upstream catalog's entry of that identifier")
+            }
+            guard planned.insert(identifier).inserted else { throw Self.invalid("the task \(identifier) is listed twice") }
+        }
+        for identifier in unchanged {
+            guard Self.isSafeIdentifier(identifier), let entry = entries[identifier], Self.isHexDigest(entry.content.sha256) else {
+                throw Self.invalid("the unchanged entry \(Self.quoted(identifier)) is not a stageable entry of the upstream catalog")
+            }
+            guard planned.insert(identifier).inserted else { throw Self.invalid("the entry \(identifier) is listed twice") }
+        }
+        var accounted = planned
+        for refusal in refused {
+            guard selected.contains(refusal.contentIdentifier) else {
+                throw Self.invalid("the refused entry \(Self.quoted(refusal.contentIdentifier)) is not in the upstream catalog")
+            }
+            accounted.insert(refusal.contentIdentifier)
+        }
+        guard accounted == selected else {
+            throw Self.invalid("it leaves out \(selected.subtracting(accounted).count) entries of its upstream catalog")
+        }
+    }
+
+    /// Refuses a recorded `published` catalog that is not the tree's and has an entry that is not
+    /// staged at its own digest's path (`packages/<its identifier>/<its sha256>.zip`, the
+    /// manifest beside it), or a product listed twice: what `catalog(staged:)` makes has none.
+    func checkPublished(against tree: any StagingTree) throws {
+        guard let published else { return }
+        if let reason = Self.unstagedEntry(in: published) {
+            guard try tree.publishedCatalog() == published else {
+                throw Self.invalid("its published catalog is not the staging tree's and \(reason)")
+            }
+        }
+    }
+
+    /// Why `catalog` is not one a pre-staging run publishes, or nil when it is.
+    static func unstagedEntry(in catalog: Catalog) -> String? {
+        var products = Set<String>()
+        for product in catalog.products where !products.insert(product.productId).inserted {
+            return "lists \(quoted(product.productId)) twice"
+        }
+        var identifiers = Set<String>()
+        for entry in catalog.allContent {
+            let identifier = entry.contentIdentifier
+            guard isSafeIdentifier(identifier), identifiers.insert(identifier).inserted else {
+                return "lists \(quoted(identifier)), which cannot name a folder or is listed twice"
+            }
+            let content = entry.content
+            guard isLowercaseHexDigest(content.sha256), content.url == stagedPath(contentIdentifier: identifier, sha256: content.sha256)
+            else {
+                return "stages \(identifier) at \(quoted(content.url)), not at its own digest's path"
+            }
+            if let manifest = content.manifest {
+                guard isLowercaseHexDigest(manifest.sha256), manifest.url == PrestageManifests.path(besidePackage: content.url) else {
+                    return "names the manifest of \(identifier) at \(quoted(manifest.url)), not beside its package"
+                }
+            }
+        }
+        return nil
     }
 
     private init(snapshot: Snapshot) {
@@ -277,6 +434,18 @@ public struct PrestagePlan: Sendable {
                 false
             }
         }
+    }
+
+    /// 64 ASCII hex digits, lowercase (a digest Courier wrote).
+    static func isLowercaseHexDigest(_ text: String) -> Bool {
+        let bytes = text.utf8
+        return bytes.count == 64
+            && bytes.allSatisfy {
+                switch $0 {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): true
+                default: false
+                }
+            }
     }
 
     /// 64 ASCII hex digits, either case.

@@ -57,6 +57,12 @@ public final class PrestageRunner: Sendable {
         try plan.isCurrent(in: tree)
     }
 
+    /// A plan another process recorded for the run of `products` over this runner's tree,
+    /// checked as untrusted input (`PrestagePlan.decodeStored`).
+    public func storedPlan(_ data: Data, products: Set<String>?) throws -> PrestagePlan {
+        try PrestagePlan.decodeStored(data, tree: tree, products: products)
+    }
+
     /// Packages fetched and checked at once.
     public var jobs: Int { job.configuration.jobs }
 

@@ -16,10 +16,15 @@ extension PrestageOutcome: Codable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         switch try container.decode(String.self, forKey: .status) {
         case "staged":
-            self = .staged(
-                bytesFetched: try container.decode(Int64.self, forKey: .bytesFetched),
-                unpackedLength: try container.decodeIfPresent(Int64.self, forKey: .unpackedLength)
-            )
+            // Read back from a shared queue (untrusted): sizes are summed and published.
+            let bytesFetched = try container.decode(Int64.self, forKey: .bytesFetched)
+            let unpackedLength = try container.decodeIfPresent(Int64.self, forKey: .unpackedLength)
+            for (key, value) in [(CodingKeys.bytesFetched, bytesFetched), (.unpackedLength, unpackedLength)] {
+                guard let value, !(0...Catalog.Content.maxLength).contains(value) else { continue }
+                throw DecodingError.dataCorruptedError(
+                    forKey: key, in: container, debugDescription: "\(key.stringValue) \(value) is not between 0 and \(Catalog.Content.maxLength)")
+            }
+            self = .staged(bytesFetched: bytesFetched, unpackedLength: unpackedLength)
         case "failed":
             self = .failed(
                 CourierError(

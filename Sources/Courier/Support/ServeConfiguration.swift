@@ -21,6 +21,12 @@ public struct ServeConfiguration: Sendable, Codable, Equatable {
     public var limitRate: Int64?
     /// Seconds a client has to send a complete request head (`--header-timeout`). Default 10.
     public var headerTimeout: Double = 10
+    /// Seconds a whole request, head and body, has from its first byte (`--request-timeout`).
+    /// Default 30.
+    public var requestTimeout: Double = 30
+    /// Bytes per second a request must average from its first byte once 5 s have passed
+    /// (`--min-request-rate`). Default 500.
+    public var minRequestRate: Int64 = 500
     /// Seconds a connection may wait without a request part (`--idle-timeout`). Default 30.
     public var idleTimeout: Double = 30
     /// Seconds a response may wait for a client that reads nothing (`--send-timeout`). Default 30.
@@ -65,8 +71,9 @@ public struct ServeConfiguration: Sendable, Codable, Equatable {
             if let value, !(0...65535).contains(value) { throw refuse("\(key) must be 0...65535") }
         }
         if let limitRate, limitRate <= 0 { throw refuse("limitRate must be a positive number of bytes per second") }
+        if minRequestRate <= 0 { throw refuse("minRequestRate must be a positive number of bytes per second") }
         let seconds = [
-            ("headerTimeout", headerTimeout), ("idleTimeout", idleTimeout), ("sendTimeout", sendTimeout),
+            ("headerTimeout", headerTimeout), ("requestTimeout", requestTimeout), ("idleTimeout", idleTimeout), ("sendTimeout", sendTimeout),
             ("tokenCacheLifetime", tokenCacheLifetime), ("maxTokenAge", maxTokenAge),
         ]
         for (key, value) in seconds {

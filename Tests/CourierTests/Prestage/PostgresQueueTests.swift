@@ -319,9 +319,11 @@ struct PostgresQueueTests {
                 try await news.signal.wait(upTo: .seconds(30), unlessSignalledSince: seen)
                 return news.generation != seen
             }
+            // A plan as the planner makes it: its task is its upstream catalog's entry.
             let task = String(decoding: try JSONEncoder().encode(queueTask(70)), as: UTF8.self)
+            let entry = String(decoding: try JSONEncoder().encode(queueTask(70).content), as: UTF8.self)
             let plan = try PrestagePlan.decode(Data(
-                #"{"tasks": [\#(task)], "unchanged": [], "refused": [], "upstream": {"bundleId": "com.example.app", "products": []}}"#.utf8))
+                #"{"tasks": [\#(task)], "unchanged": [], "refused": [], "upstream": {"bundleId": "com.example.app", "products": [{"productId": "com.example.pack70", "content": \#(entry)}]}}"#.utf8))
             var seen = news.generation
             let runId = try await runs.insert("news", plan: plan)
             #expect(try await heard(since: seen))
@@ -553,13 +555,15 @@ struct PostgresQueueTests {
     }
 
     /// A notification as `verifyNotification` returns it, for transaction `id`.
-    static func notification(_ type: String, uuid: String, transaction id: String, signed: Date) throws -> VerifiedServerNotification {
+    static func notification(
+        _ type: String, uuid: String, transaction id: String, original: String? = nil, signed: Date
+    ) throws -> VerifiedServerNotification {
         let json = """
             {"notificationType": "\(type)", "notificationUUID": "\(uuid)", "signedDate": \(Int64(signed.timeIntervalSince1970 * 1000)),
              "data": {"bundleId": "com.example.app", "environment": "Sandbox"}}
             """
         let transaction = VerifiedTransaction(
-            transactionId: id, originalTransactionId: id, productId: "com.example.pack1", bundleId: "com.example.app",
+            transactionId: id, originalTransactionId: original ?? id, productId: "com.example.pack1", bundleId: "com.example.app",
             type: .nonConsumable, purchaseDate: signed.addingTimeInterval(-3600), environment: "Sandbox", signedDate: signed)
         return VerifiedServerNotification(notification: try ServerNotification(json: Data(json.utf8)), transaction: transaction)
     }
@@ -604,6 +608,43 @@ struct PostgresQueueTests {
         }
         let fourth = try await PostgresRefundStore.open(url: url, logger: Self.logger)
         #expect(fourth.isRevoked("2000"))
+    }
+
+    @Test("a refund of a restored copy reaches every gate as a refund of the purchase: at once, on reload, and its reversal too")
+    func sharedRefundOfARestoredCopy() async throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let url = try PostgresURL(parsing: server.url)
+        let first = try await PostgresRefundStore.open(url: url, logger: Self.logger)
+        let second = try await PostgresRefundStore.open(url: url, refreshInterval: .seconds(3600), logger: Self.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await first.run() }
+            group.addTask { try await second.run() }
+            defer { group.cancelAll() }
+            let now = Date()
+            try await Self.waitUntil("the second gate listens") {
+                try server.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'") == "2"
+            }
+            let refund = try Self.notification("REFUND", uuid: "c1", transaction: "5001", original: "5000", signed: now)
+            #expect(try await first.apply(refund, now: now) == .revoked)
+            #expect(first.isRevoked("5001") && first.isPurchaseRevoked(originalTransactionId: "5000"))
+            #expect(!first.isRevoked("5000"), "the original's own transaction was not named")
+            try await Self.waitUntil("the refund reaches the second gate") { second.isPurchaseRevoked(originalTransactionId: "5000") }
+            // A gate that opens now loads it with its original.
+            let third = try await PostgresRefundStore.open(url: url, logger: Self.logger)
+            #expect(third.isPurchaseRevoked(originalTransactionId: "5000") && third.isRevoked("5001"))
+            #expect(!third.isPurchaseRevoked(originalTransactionId: "5001") || third.isRevoked("5001"))
+            let later = now.addingTimeInterval(60)
+            let reversal = try Self.notification("REFUND_REVERSED", uuid: "c2", transaction: "5001", original: "5000", signed: later)
+            #expect(try await second.apply(reversal, now: now) == .reinstated)
+            try await Self.waitUntil("the reversal reaches the first gate") { !first.isPurchaseRevoked(originalTransactionId: "5000") }
+            #expect(!second.isPurchaseRevoked(originalTransactionId: "5000"))
+        }
+        // The NOTIFY payload carries the original; one without it names the transaction alone.
+        let revocation = RevokedSet.Revocation(transactionId: "5001", originalTransactionId: "5000")
+        #expect(PostgresRefundStore.parse(PostgresRefundStore.message(revocation, revoked: true))?.0 == revocation)
+        #expect(PostgresRefundStore.parse("07")?.0 == RevokedSet.Revocation(transactionId: "7", originalTransactionId: "7"))
+        #expect(PostgresRefundStore.parse("x7") == nil && PostgresRefundStore.parse("1") == nil && PostgresRefundStore.parse("17\n") == nil)
     }
 
     @Test("a gate stopped while its pool is still connecting stops: 40 stores cancelled early, none left hanging")

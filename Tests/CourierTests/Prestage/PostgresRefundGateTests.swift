@@ -31,8 +31,10 @@ struct PostgresRefundGateTests {
         return (process, port)
     }
 
-    @Test("a refund recorded by one gate is refused by another gate on another storage root, at once")
-    func refundReachesEveryGate() throws {
+    @Test(
+        "a refund recorded by one gate is refused by another gate on another storage root, at once; a restored copy's refuses the original",
+        arguments: [false, true])
+    func refundReachesEveryGate(ofARestoredCopy: Bool) throws {
         #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
         let server = try PostgresServer()
         defer { server.stop() }
@@ -72,6 +74,8 @@ struct PostgresRefundGateTests {
                     ] + (index == 0 ? ["--state", server.url] : ["--config", configuration.path]), scratch: scratch, name: "gate\(index)"))
         }
         let transaction = "3000000000000042"
+        // The refund names the purchase itself, or a restored copy of it (another device's).
+        let refunded = ofARestoredCopy ? "3000000000000043" : transaction
         let token = try chain.token(TestSigningChain.payload(productId: Self.product, transactionId: transaction, environment: "Sandbox"))
         func ask(_ gate: Int) throws -> String {
             try Shell.run(
@@ -86,8 +90,8 @@ struct PostgresRefundGateTests {
         let signed = Date().addingTimeInterval(-30)
         let info = try chain.token(
             TestSigningChain.payload(
-                productId: Self.product, transactionId: transaction, revocationDate: signed.addingTimeInterval(-5), environment: "Sandbox",
-                signedDate: signed))
+                productId: Self.product, transactionId: refunded, originalTransactionId: transaction,
+                revocationDate: signed.addingTimeInterval(-5), environment: "Sandbox", signedDate: signed))
         let payload: [String: Any] = [
             "notificationType": "REFUND", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
             "signedDate": Int64(signed.timeIntervalSince1970 * 1000),
@@ -107,7 +111,9 @@ struct PostgresRefundGateTests {
         // The other gate learns it through PostgreSQL's NOTIFY, within moments.
         var answer = ""
         #expect(waitUntil(timeout: 30) { answer = (try? ask(1)) ?? ""; return answer == "403" }, "gate 1 answered \(answer)")
-        #expect(try server.psql("SELECT transaction_id || ' ' || revoked FROM origin_transaction_status") == "\(transaction) true")
+        #expect(
+            try server.psql("SELECT transaction_id || ' ' || original_transaction_id || ' ' || revoked FROM origin_transaction_status")
+                == "\(refunded) \(transaction) true")
         // Nothing went to the gates' own SQLite files.
         for index in 0..<2 {
             #expect(!FileManager.default.fileExists(atPath: scratch.appending("storage\(index)/origin.sqlite").path))

@@ -16,6 +16,7 @@ public enum FuzzTargets {
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
         "notification", "response-head", "request-path", "manifest", "multipart", "postgres-url", "authorize",
+        "prestage-plan",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -37,6 +38,7 @@ public enum FuzzTargets {
         case "multipart": multipart(data)
         case "postgres-url": postgresURL(data)
         case "authorize": authorize(data)
+        case "prestage-plan": prestagePlan(data)
         default: return false
         }
         return true
@@ -179,6 +181,18 @@ public enum FuzzTargets {
     /// the rest the body; what is handed over lies inside the representation.
     static func multipart(_ data: Data) {
         MultipartByteRangesParser.fuzz(data)
+    }
+
+    /// A pre-staging plan as a process reads it back from a PostgreSQL row (`PrestagePlan.decode`):
+    /// what decodes has every task checked (a folder name, its own digest's path), and the
+    /// catalog made from it lists every task it stages.
+    static func prestagePlan(_ data: Data) {
+        guard let plan = try? PrestagePlan.decode(data) else { return }
+        for task in plan.tasks { precondition((try? task.check()) != nil, "a decoded plan holds an unchecked task") }
+        let staged = Set(plan.tasks.map(\.contentIdentifier))
+        let listed = Set(plan.catalog(staged: staged).allContent.map(\.contentIdentifier))
+        precondition(staged.isSubset(of: listed), "the catalog of a decoded plan leaves a staged task out")
+        _ = PrestageJob.plannedEvent(plan)
     }
 
     /// A package's ContentInfo.plist.
