@@ -2,12 +2,13 @@ import ArgumentParser
 import Courier
 import Foundation
 
-/// `courier content list | path | delete`: StoreKit's contentURL and deleteContent.
+/// `courier content list | path | delete | verify`: StoreKit's contentURL and deleteContent, and
+/// a check (and repair) of placed files, like Steam's "verify integrity of files".
 struct ContentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "content",
-        abstract: "Where delivered content is; remove it.",
-        subcommands: [ContentListCommand.self, ContentPathCommand.self, ContentDeleteCommand.self]
+        abstract: "Where delivered content is; remove it; check and repair it.",
+        subcommands: [ContentListCommand.self, ContentPathCommand.self, ContentDeleteCommand.self, ContentVerifyCommand.self]
     )
 }
 
@@ -90,5 +91,111 @@ struct ContentDeleteCommand: AsyncParsableCommand {
                 out.done("deleted \(product)")
             }
         }
+    }
+}
+
+/// `courier content verify [PRODUCT] [--repair]`
+struct ContentVerifyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Check placed files against their package; with --repair, fetch what is missing or damaged.",
+        discussion: """
+            Every file of delivered content is read and compared with what its install recorded \
+            (size and SHA-256 of each file as unpacked from the verified package). Each content is \
+            ok, missing (its folder is gone, or it was deleted or purged: named by PRODUCT), \
+            damaged (files gone or changed) or unverifiable (placed before per-file records). \
+            Exit 6 when something is missing or damaged (after --repair: still wrong). --repair \
+            fetches only the missing and damaged entries by byte ranges where the package has a \
+            manifest, else the whole package, and places the content with an atomic swap; its \
+            purchase stays finished.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The product (or content) identifier; all delivered content when omitted.")
+    var product: String?
+
+    @Flag(name: .long, help: "Fetch what is missing or damaged and place it again.")
+    var repair = false
+
+    func run() async throws {
+        try await global.run { output in
+            let client = try global.client(existingStore: true)
+            defer { client.shutdown() }
+            var checks = try await client.verifyContent(product)
+            for check in checks { say(check, output) }
+            if repair {
+                let broken = checks.filter { $0.status != .ok }
+                var queued: [String] = []
+                for check in broken {
+                    let mended = try await client.repair(check)
+                    if let downloadId = mended.downloadId { queued.append(downloadId) }
+                    if output.json {
+                        var event: [String: Any] = [
+                            "event": "repair", "contentIdentifier": mended.contentIdentifier, "method": mended.method.rawValue,
+                        ]
+                        if let bytes = mended.bytesFetched { event["bytesFetched"] = bytes }
+                        if let downloadId = mended.downloadId { event["downloadId"] = downloadId }
+                        output.emit(event)
+                    } else if mended.method == .entries {
+                        output.line("\(mended.contentIdentifier): repaired by entries (\(QueueFormat.bytes(mended.bytesFetched ?? 0)) fetched)")
+                    } else {
+                        output.line("\(mended.contentIdentifier): fetching the whole package again")
+                    }
+                }
+                if !queued.isEmpty {
+                    let (summary, _, interrupted) = try await client.runInForeground(
+                        scope: .downloads(Set(queued)), output: output, retryStopped: false)
+                    if let error = summary.endError(interrupted: interrupted, checkpointed: "repairs") { throw error }
+                }
+                if !broken.isEmpty {
+                    let again = try await client.verifyContent(product)
+                    let repaired = Set(broken.map(\.contentIdentifier))
+                    for check in again where repaired.contains(check.contentIdentifier) { say(check, output, after: true) }
+                    checks = again
+                }
+            }
+            let wrong = checks.filter(\.isWrong)
+            guard wrong.isEmpty else {
+                let names = wrong.map { "\($0.contentIdentifier) (\($0.status.rawValue))" }.joined(separator: ", ")
+                let next = "fetch what is wrong with: courier content verify --repair" + (product.map { " " + $0 } ?? "")
+                throw CourierError(
+                    .integrity, "\(wrong.count == 1 ? "1 content is" : "\(wrong.count) contents are") not as delivered: \(names)",
+                    hint: repair ? "run it again; if it stays so, its package may have changed since it was delivered" : next)
+            }
+            if output.json {
+                output.emit([
+                    "event": "result", "ok": checks.filter { $0.status == .ok }.map(\.contentIdentifier),
+                    "unverifiable": checks.filter { $0.status == .unverifiable }.map(\.contentIdentifier),
+                ])
+            } else if checks.isEmpty {
+                output.line("No delivered content.")
+            }
+        }
+    }
+
+    /// One content's verdict: a line, or a `verified` event (`after`: once repaired).
+    private func say(_ check: ContentCheck, _ output: Output, after: Bool = false) {
+        if output.json {
+            output.emit([
+                "event": "verified", "contentIdentifier": check.contentIdentifier, "productId": check.productId,
+                "version": check.version, "placement": check.placement.rawValue, "contentPath": check.path,
+                "status": check.status.rawValue, "missingFiles": check.missingFiles, "damagedFiles": check.damagedFiles,
+                "filesChecked": check.filesChecked, "repaired": after,
+            ])
+            return
+        }
+        var line = "\(check.contentIdentifier) \(check.version): \(check.status.rawValue)"
+        switch check.status {
+        case .ok: line += " (\(check.filesChecked) files)"
+        case .missing: line += " (\(check.path) is gone)"
+        case .unverifiable: line += " (placed before per-file records; --repair fetches its package again)"
+        case .damaged:
+            var parts: [String] = []
+            if !check.missingFiles.isEmpty { parts.append("missing: " + check.missingFiles.joined(separator: ", ")) }
+            if !check.damagedFiles.isEmpty { parts.append("changed: " + check.damagedFiles.joined(separator: ", ")) }
+            line += " (" + parts.joined(separator: "; ") + ")"
+        }
+        output.line(after ? line + " after the repair" : line)
     }
 }

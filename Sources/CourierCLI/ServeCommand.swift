@@ -162,6 +162,15 @@ struct ServeCommand: AsyncParsableCommand {
             }
             let configuration = OriginConfiguration(
                 serve, contentDirectory: contentDirectory, catalogFile: serve.catalog.map { settings.resolvePath($0).standardizedFileURL })
+            // A catalog already published is loaded once before listening: one that cannot be
+            // served (invalid, two contents sharing an identifier) is refused at start (exit 2),
+            // not answered 503 to every request. None yet is fine: prestage may publish it later.
+            if FileManager.default.fileExists(atPath: configuration.catalogFile.path) {
+                let data = try CourierError.wrapping(.io, "cannot read the catalog \(configuration.catalogFile.path)") {
+                    try Data(contentsOf: configuration.catalogFile)
+                }
+                _ = try PublishedCatalog(data: data)
+            }
             let host = serve.host
             let isPublic = serve.public
             let json = global.json

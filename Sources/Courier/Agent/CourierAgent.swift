@@ -84,20 +84,46 @@ public final class CourierAgent: Service, Sendable {
         logger.info("agent stopped; active downloads are checkpointed")
     }
 
-    /// Retries what may succeed now and sends due webhooks, every `checkInterval`; checks the
+    /// Retries what may succeed now, sends due webhooks and queues again content whose folder
+    /// vanished, every `checkInterval`; checks the
     /// configured catalog for updates at start and every `queue.catalogCheckInterval`.
     private func maintenanceLoop() async {
         var catalog: Catalog?
         var nextCatalogCheck = Date.distantPast
+        var vanished: Set<String> = []
         while !Task.isCancelled {
             retryStopped()
             if let webhook = client.webhook { await webhook.deliverDue() }
+            vanished = await redeliverVanished(seen: vanished)
             if Date() >= nextCatalogCheck {
                 nextCatalogCheck = Date().addingTimeInterval(client.configuration.queue.catalogCheckInterval)
                 catalog = await updateIfCatalogChanged(since: catalog) ?? catalog
             }
             try? await Task.sleep(nanoseconds: UInt64(options.checkInterval * 1e9))
         }
+    }
+
+    /// Queues again the entitled content whose folder vanished since the last check (`seen`:
+    /// what was gone then, handled already), with a configured catalog; returns what is gone now.
+    func redeliverVanished(seen: Set<String>) async -> Set<String> {
+        guard client.configuration.catalog != nil else { return seen }
+        let gone: Set<String>
+        do {
+            gone = try queue.vanishedContent()
+        } catch {
+            logger.warning("cannot read delivered content", metadata: ["error": "\(error)"])
+            return seen
+        }
+        let new = gone.subtracting(seen)
+        do {
+            if !new.isEmpty { _ = try await client.redeliverVanished(new) }
+        } catch {
+            // Said once per disappearance (not every second); the next start tries again.
+            logger.warning(
+                "cannot deliver vanished content again",
+                metadata: ["content-identifiers": "\(new.sorted().joined(separator: ", "))", "error": "\(error)"])
+        }
+        return gone
     }
 
     /// Automatic updates (`queue.autoUpdate`, with a configured catalog): revalidates the catalog

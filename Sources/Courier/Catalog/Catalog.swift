@@ -191,7 +191,36 @@ extension Catalog {
             }
             return date
         }
-        return try CourierError.wrapping(.usage, "the catalog is not valid") { try decoder.decode(Catalog.self, from: data) }
+        let catalog = try CourierError.wrapping(.usage, "the catalog is not valid") { try decoder.decode(Catalog.self, from: data) }
+        try catalog.checkContentIdentifiers()
+        return catalog
+    }
+
+    /// Refuses (`usage`, exit 2) a catalog in which two contents share a content identifier:
+    /// a product's content is `<productId>`, a subscription item's `<productId>.<itemId>`, so a
+    /// product `com.example.levels.pack1` and the item `pack1` of `com.example.levels` would be
+    /// one folder on disk and one gate path, each purchase unlocking the other's package (as
+    /// would a product listed twice, or an item id used twice). Identifiers are compared by
+    /// their bytes, as the filesystem compares folder names. Every loader calls it (`decode`).
+    public func checkContentIdentifiers() throws {
+        var owners: [[UInt8]: String] = [:]
+        for product in products {
+            var contents: [(identifier: String, owner: String)] = []
+            if product.content != nil { contents.append((product.productId, "product \(product.productId)")) }
+            for item in product.items ?? [] {
+                contents.append(("\(product.productId).\(item.itemId)", "item \(item.itemId) of \(product.productId)"))
+            }
+            for (identifier, owner) in contents {
+                let key = Array(identifier.utf8)
+                if let first = owners[key] {
+                    throw CourierError(
+                        .usage,
+                        "the catalog gives two contents the identifier \(identifier): \(first) and \(owner)",
+                        hint: "each content needs its own identifier (its folder and its gate path); rename one of them")
+                }
+                owners[key] = owner
+            }
+        }
     }
 
     /// An ISO 8601 date-time (fractional seconds optional) or calendar date (midnight UTC).

@@ -56,14 +56,24 @@ public struct CatalogLoader: Sendable {
         self.logger = logger
     }
 
-    /// The catalog at `location`: an http(s) URL, an absolute path, or a path relative to `base`
-    /// (the current directory for a command-line option, the configuration's folder for a
-    /// configured catalog).
+    /// The catalog at `location`: an http(s) URL, a `file:` URL, an absolute path, or a path
+    /// relative to `base` (the current directory for a command-line option, the configuration's
+    /// folder for a configured catalog). A file catalog's relative package URLs resolve against
+    /// its folder (`file:` URLs, which the transfer copies from).
     public func load(_ location: String, relativeTo base: URL) async throws -> LoadedCatalog {
-        if let url = URL(string: location), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" {
-            return try await fetch(url)
+        var path = location
+        if let url = URL(string: location), let scheme = url.scheme?.lowercased() {
+            if scheme == "http" || scheme == "https" { return try await fetch(url) }
+            if scheme == "file" {
+                let host = url.host ?? ""
+                guard host.isEmpty || host.lowercased() == "localhost", url.path.hasPrefix("/") else {
+                    throw CourierError(
+                        .usage, "the catalog \(location) is not a local file URL", hint: "use file:///absolute/path or a plain path")
+                }
+                path = url.path
+            }
         }
-        let file = URL(fileURLWithPath: location, relativeTo: base).standardizedFileURL
+        let file = URL(fileURLWithPath: path, relativeTo: base).standardizedFileURL
         let data = try CourierError.wrapping(.usage, "cannot read the catalog \(file.path)") { try Data(contentsOf: file) }
         return LoadedCatalog(catalog: try Catalog.decode(data), url: file, source: .file)
     }

@@ -4,7 +4,8 @@ import Foundation
 /// the decisions of a foreground delivery, so that a front end only says them and runs it.
 public struct DeliveryPlan: Sendable {
     public enum Action: Sendable {
-        /// Every purchase was delivered (and finished) by an earlier run: nothing to do.
+        /// Every purchase was delivered (and finished) by an earlier run, and its content is in
+        /// place or was not asked for again (`--restore` asks): nothing to do.
         case alreadyDelivered
         /// Every purchase failed (revoked): this error ends the run, nothing is delivered.
         case refused(CourierError)
@@ -28,7 +29,7 @@ public struct DeliveryPlan: Sendable {
     init(_ enqueued: EnqueueResult, withoutDownloads: (Set<String>) throws -> Set<String>) throws {
         transactions = enqueued.transactions
         notInCatalog = enqueued.notInCatalogError
-        if transactions.allSatisfy({ $0.state == .finished }) {
+        if transactions.allSatisfy({ $0.state == .finished }) && enqueued.reconciled.redelivered.isEmpty {
             action = .alreadyDelivered
         } else if let revoked = transactions.first(where: { $0.state == .failed }), transactions.allSatisfy({ $0.state == .failed }) {
             action = .refused(CourierError(revoked.errorCode ?? .notEntitled, revoked.errorMessage ?? "the transaction failed"))

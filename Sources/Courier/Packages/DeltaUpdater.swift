@@ -72,6 +72,10 @@ public struct DeltaUpdater: Sendable {
         public var headers: [(String, String)]
         /// Where fetched entries are kept between runs; see `workDirectory(in:…)`.
         public var workDirectory: URL
+        /// Installed files (paths below the content folder) never used as a source, however
+        /// unchanged their records say they are: those `content verify` found damaged (bytes can
+        /// rot with no trace in `stat`), which a repair fetches. Default none.
+        public var untrustedPaths: Set<String> = []
 
         public init(
             contentIdentifier: String, productId: String, version: String, placement: Catalog.Placement, packageURL: URL,
@@ -177,8 +181,8 @@ public struct DeltaUpdater: Sendable {
             throw Fallback("the installed content is of product \(installed.productId), not \(target.productId)")
         }
         let (manifest, manifestBytes) = try await fetchManifest(target)
-        let records = try placer.installedFiles(target.contentIdentifier)
-        guard !records.isEmpty else { throw Fallback("the installed version has no per-file record (installed before them)") }
+        let records = try placer.installedFiles(target.contentIdentifier).filter { !target.untrustedPaths.contains($0.path) }
+        guard !records.isEmpty || !target.untrustedPaths.isEmpty else { throw Fallback("the installed version has no per-file record (installed before them)") }
         let folder = placer.contentURL(target.contentIdentifier, placement: installed.placement)
         let plan = try DeltaPlan(manifest: manifest, installed: records, folder: folder, limits: placer.packages)
         let store = try DeltaEntryStore(folder: target.workDirectory)

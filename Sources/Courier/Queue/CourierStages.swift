@@ -131,6 +131,13 @@ extension QueuedContent {
         guard let url = Catalog.resolve(entitled.content.url, relativeTo: catalogLocation) else {
             throw CourierError(.usage, "the catalog's URL \(entitled.content.url) for \(entitled.productId) is not usable")
         }
+        // Local files are read only for a catalog that is itself a local file: a catalog fetched
+        // from an origin names no file of this machine.
+        if url.isFileURL && catalogLocation?.isFileURL != true {
+            throw CourierError(
+                .usage, "the catalog names a local file for \(entitled.productId): \(url.absoluteString)",
+                hint: "a catalog fetched over http(s) must name http(s) packages")
+        }
         self.init(
             contentIdentifier: entitled.contentIdentifier, productId: entitled.productId,
             transactionId: entitled.transactionId, url: url, sha256: entitled.content.sha256,

@@ -30,10 +30,15 @@ public struct EnqueueResult: Sendable {
     public var transactions: [TransactionRecord]
     /// Verified, not revoked purchases of products the catalog does not list: not queued.
     public var notInCatalog: [VerifiedTransaction]
+    /// What the run's catalog changed in downloads already queued (`PaymentQueue.reconcile`):
+    /// moved to its URLs, pointed at its new packages, or (a restore) queued again because their
+    /// content is gone.
+    public var reconciled: Reconciliation
 
-    public init(transactions: [TransactionRecord], notInCatalog: [VerifiedTransaction]) {
+    public init(transactions: [TransactionRecord], notInCatalog: [VerifiedTransaction], reconciled: Reconciliation = .init()) {
         self.transactions = transactions
         self.notInCatalog = notInCatalog
+        self.reconciled = reconciled
     }
 
     /// `notEntitled` naming each product left out ("com.example.x: not in the catalog"), or nil.
@@ -93,7 +98,9 @@ public final class DeliveryPipeline: Sendable {
     /// product the catalog does not list are left out (`notInCatalog`, logged at warning): not
     /// queued, so never finished (StoreKit's rule: finish only after delivery); running again
     /// once the catalog lists them delivers them. A product the catalog lists without hosted
-    /// content is queued and finished with nothing to download.
+    /// content is queued and finished with nothing to download. Transactions queued before
+    /// are reconciled with this catalog (`PaymentQueue.reconcile`; with `restore`, content
+    /// that is gone is queued again).
     public func enqueueReporting(
         receipt: Data,
         validator: any TransactionValidating,
@@ -123,7 +130,16 @@ public final class DeliveryPipeline: Sendable {
         } else {
             records = try queue.add(transactions, content: content)
         }
-        return EnqueueResult(transactions: records, notInCatalog: notInCatalog)
+        // Purchases queued by an earlier run follow this run's catalog (its URLs, its packages),
+        // and a restore brings back content that was deleted or purged since.
+        let stored = Set(records.map(\.id))
+        let reconciled = try queue.reconcile(content.filter { stored.contains($0.transactionId) }, redeliverMissing: restore)
+        for download in reconciled.redelivered {
+            logger.info(
+                "content gone: delivering it again",
+                metadata: ["transaction-id": "\(download.transactionId)", "content-identifier": "\(download.contentIdentifier)"])
+        }
+        return EnqueueResult(transactions: records, notInCatalog: notInCatalog, reconciled: reconciled)
     }
 
     /// Works the downloads of `scope` until none of them can move (`untilIdle`), or until the

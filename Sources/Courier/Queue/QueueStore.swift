@@ -297,7 +297,8 @@ enum QueueStore {
 
     /// Ids of up to `limit` downloads of `scope` a worker may claim, oldest first: waiting, paused
     /// by an interruption, or active (their owner may be dead), of a purchased or restored
-    /// transaction, and not leased to `token`.
+    /// transaction, or of a finished one (an update, or content delivered again: a restore),
+    /// and not leased to `token`.
     static func claimCandidates(_ db: Database, scope: DeliveryScope, notLeasedTo token: String, limit: Int) throws -> [String] {
         let (condition, arguments) = condition(scope)
         return try String.fetchAll(
@@ -306,7 +307,7 @@ enum QueueStore {
                 LEFT JOIN leases l ON l.downloadId = d.id
                 WHERE (d.state = 'waiting' OR d.state = 'active'
                        OR (d.state = 'paused' AND d.pauseReason = 'interrupted'))
-                  AND (t.state IN ('purchased', 'restored') OR (t.state = 'finished' AND d.updateFrom IS NOT NULL))
+                  AND t.state IN ('purchased', 'restored', 'finished')
                   AND (l.token IS NULL OR l.token != ?)
                   AND \(condition)
                 ORDER BY d.createdAt, d.id LIMIT ?
@@ -375,13 +376,15 @@ enum QueueStore {
             arguments: arguments)
     }
 
-    /// The unfinished downloads of unfinished transactions in `scope`, oldest first.
+    /// The unfinished downloads of unfinished transactions in `scope`, and those a finished
+    /// transaction works again (updates, content delivered again), oldest first.
     static func unfinishedDownloads(_ db: Database, scope: DeliveryScope) throws -> [DownloadRecord] {
         let (condition, arguments) = condition(scope)
         return try Row.fetchAll(
             db.cachedStatement(sql: """
                 SELECT \(downloadColumns("d.")) FROM downloads d JOIN transactions t ON t.id = d.transactionId
-                WHERE d.state != 'finished' AND (t.state != 'finished' OR d.updateFrom IS NOT NULL) AND \(condition)
+                WHERE d.state != 'finished' AND (t.state != 'finished' OR d.updateFrom IS NOT NULL OR d.state != 'cancelled')
+                  AND \(condition)
                 ORDER BY d.createdAt, d.id
                 """),
             arguments: arguments
@@ -401,7 +404,8 @@ enum QueueStore {
     }
 
     /// The queue as `courier list` shows it, oldest transaction first, in one query (fast with
-    /// tens of thousands of transactions); finished transactions only when `includeFinished`.
+    /// tens of thousands of transactions); finished transactions only when `includeFinished`, or
+    /// for a download they work again (an update, content delivered again).
     static func entries(_ db: Database, includeFinished: Bool, _ body: (EntryRow) throws -> Void) throws {
         let rows = try Row.fetchCursor(
             db.cachedStatement(sql: """
@@ -411,7 +415,7 @@ enum QueueStore {
                 FROM transactions t
                 LEFT JOIN downloads d ON d.transactionId = t.id
                 LEFT JOIN leases l ON l.downloadId = d.id
-                \(includeFinished ? "" : "WHERE t.state != 'finished' OR (d.updateFrom IS NOT NULL AND d.state NOT IN ('finished', 'cancelled'))")
+                \(includeFinished ? "" : "WHERE t.state != 'finished' OR d.state NOT IN ('finished', 'cancelled')")
                 ORDER BY t.createdAt, t.id, d.createdAt, d.id
                 """))
         // Columns: the transaction's 5, the lease's (NULL without one), then the download's (NULL

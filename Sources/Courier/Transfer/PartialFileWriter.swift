@@ -218,6 +218,17 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         try checkpoint()
     }
 
+    /// Writes `chunk` at once, on the writer's queue (a local file's bytes, read on that queue by
+    /// `TransferEngine.copyLocalFile`): the same space check, hashing, progress and checkpoints as
+    /// a network chunk. Throws the writer's error. Queue only.
+    func writeNow(_ chunk: [UInt8]) throws {
+        lock.lock()
+        inFlight += chunk.count
+        lock.unlock()
+        write(chunk)
+        if let error { throw error }
+    }
+
     private func write(_ chunk: [UInt8]) {
         defer { drained(chunk.count) }
         guard error == nil else { return }

@@ -194,7 +194,11 @@ public final class TransferEngine: Sendable {
     ) async throws -> DownloadResult {
         var logger = self.logger
         logger[metadataKey: "download-id"] = "\(request.id)"
-        try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        if request.url.isFileURL {
+            try Self.checkLocalFile(request.url)
+        } else {
+            try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        }
         for mirror in request.mirrors {
             try URLPolicy.check(mirror, allowInsecureHTTP: configuration.allowInsecureHTTP)
         }
@@ -261,7 +265,11 @@ public final class TransferEngine: Sendable {
         var placed: Bool
         var body: [UInt8]?
         while true {
-            try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
+            if request.url.isFileURL {
+                try await copyLocalFile(request, writer: writer, logger: logger)
+            } else {
+                try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
+            }
             let syncs = request.durability == .onCompletion
             // One hop to the writer's queue for the end (each is a thread hand-off and back):
             // finish, verify and, when the file passes, place it.

@@ -58,12 +58,16 @@ extension CourierClient {
     }
 
     /// The agent's automatic update: loads the configured catalog and, when it differs from
-    /// `previous` (the catalog of the last check; nil at start), plans and queues updates for
+    /// `previous` (the catalog of the last check; nil at start), reconciles the downloads not
+    /// delivered yet with it (`PaymentQueue.reconcile`), then plans and queues updates for
     /// it. Returns the catalog loaded, and the updates queued (empty when nothing changed).
     func checkForUpdates(since previous: Catalog?) async throws -> (catalog: Catalog, queued: [DownloadRecord]) {
         let (location, base) = try configuration.catalogLocation(nil, for: "look updates up in")
         let loaded = try await catalogLoader.load(location, relativeTo: base)
         guard loaded.catalog != previous else { return (loaded.catalog, []) }
+        // Purchases not delivered yet follow the catalog as it is now (its URLs, its packages).
+        let entitled = Entitlements.content(for: try queue.verifiedTransactions(), catalog: loaded.catalog, now: Date())
+        try queue.reconcile(entitled.compactMap { try? QueuedContent($0, catalogLocation: loaded.url) }, redeliverMissing: false)
         let plan = try UpdatePlanner.plan(
             installed: try contentPlacer().list(), transactions: try queue.verifiedTransactions(), catalog: loaded.catalog,
             catalogLocation: loaded.url)

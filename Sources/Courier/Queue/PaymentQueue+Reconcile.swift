@@ -1,0 +1,221 @@
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What `PaymentQueue.reconcile` changed.
+public struct Reconciliation: Sendable, Equatable {
+    /// Unfinished downloads now fetched from the current catalog's URLs for the same package
+    /// (same SHA-256 and length): their state and the bytes already fetched are kept.
+    public var relocated: [DownloadRecord] = []
+    /// Unfinished downloads whose package the current catalog replaced (another SHA-256 or
+    /// length): their partial data is gone and they start over.
+    public var retargeted: [DownloadRecord] = []
+    /// Downloads of content that was delivered once but is gone now (deleted, purged, its folder
+    /// removed), queued again: a restore. Their transactions stay finished.
+    public var redelivered: [DownloadRecord] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { relocated.isEmpty && retargeted.isEmpty && redelivered.isEmpty }
+}
+
+extension PaymentQueue {
+    /// Brings the stored downloads of `content`'s transactions in line with the catalog of the
+    /// current run (`content`: what it entitles, resolved against its location), so a purchase
+    /// first queued from a wrong or outdated catalog is never stuck with it:
+    ///
+    /// - a waiting, paused, failed or cancelled download of the same package (same SHA-256 and
+    ///   length) takes the catalog's URL, mirrors, manifest and placement; its state, journal
+    ///   and partial file are kept (the transfer resumes them from any URL serving the bytes);
+    /// - one whose package changed (another SHA-256 or length) is pointed at the new package
+    ///   and starts over cleanly (partial data dropped), waiting again unless it was cancelled;
+    /// - with `redeliverMissing` (a restore, or the agent for content whose folder vanished), a
+    ///   finished or cancelled download whose content is not in place (no record, or its folder
+    ///   gone) is queued again for the catalog's package, and one the store lacks is added.
+    ///   Its transaction is not touched: a finished one stays finished (finished once, announced
+    ///   once), and placing the content records it like any delivery.
+    ///
+    /// Active downloads, downloads another live process holds and pending updates to another
+    /// package are left alone. Transactions not in the store are ignored (`add` queues them).
+    @discardableResult
+    public func reconcile(_ content: [QueuedContent], redeliverMissing: Bool) throws -> Reconciliation {
+        guard !content.isEmpty else { return Reconciliation() }
+        let (result, dropped) = try commit { db -> ((Reconciliation, [String]), [PaymentQueueEvent]) in
+            var result = Reconciliation()
+            var dropped: [String] = []
+            let now = Date()
+            for item in content {
+                guard let transaction = try QueueStore.fetchTransaction(db, id: item.transactionId),
+                    transaction.state != .failed
+                else { continue }
+                let id = DownloadRecord.makeId(transactionId: item.transactionId, contentIdentifier: item.contentIdentifier)
+                guard var record = try QueueStore.fetchDownload(db, id: id) else {
+                    guard redeliverMissing, try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
+                    let download = self.newDownload(of: item, at: now)
+                    try QueueStore.insert(db, download: download)
+                    result.redelivered.append(download)
+                    continue
+                }
+                if let lease = try LeaseManager.lease(db, downloadId: id), lease.owner.token != self.leases.owner.token,
+                    !lease.isStale(host: self.leases.owner.host)
+                {
+                    continue  // another live process works it (or is about to)
+                }
+                let samePackage = record.sha256 == item.sha256.lowercased() && record.length == item.length
+                switch record.state {
+                case .active:
+                    continue
+                case .finished:
+                    guard redeliverMissing, try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
+                    record = try self.retarget(db, record, to: item, updateFrom: nil, wait: true, now: now)
+                    dropped.append(id)
+                    result.redelivered.append(record)
+                case .cancelled where redeliverMissing && transaction.state == .finished:
+                    guard try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
+                    record = try self.retarget(db, record, to: item, updateFrom: nil, wait: true, now: now)
+                    dropped.append(id)
+                    result.redelivered.append(record)
+                case .waiting, .paused, .failed, .cancelled:
+                    if samePackage {
+                        guard
+                            record.url != item.url || record.mirrors != item.mirrors || record.manifest != item.manifest
+                                || record.placement != item.placement || record.unpackedLength != item.unpackedLength
+                        else { continue }
+                        // The old origin's validator says nothing about the new one's bytes: the
+                        // range is asked for without `If-Range`, and the package's SHA-256 decides.
+                        if !TransferEngine.validatorApplies(from: record.url, to: item.url) {
+                            try db.execute(
+                                sql: "UPDATE downloads SET etag = NULL, lastModified = NULL WHERE id = ?", arguments: [id])
+                            record.etag = nil
+                            record.lastModified = nil
+                        }
+                        record.url = item.url
+                        record.mirrors = item.mirrors
+                        record.manifest = item.manifest
+                        record.placement = item.placement
+                        record.unpackedLength = item.unpackedLength
+                        record.source = nil
+                        record.updatedAt = now
+                        try QueueStore.retarget(db, download: record)
+                        result.relocated.append(record)
+                    } else {
+                        // A pending update names the newer package `courier update` chose; the
+                        // entitlement's catalog content is not necessarily it.
+                        guard !record.isUpdate else { continue }
+                        record = try self.retarget(
+                            db, record, to: item, updateFrom: nil, wait: record.state != .cancelled, now: now)
+                        dropped.append(id)
+                        result.retargeted.append(record)
+                    }
+                }
+            }
+            let changed = result.relocated + result.retargeted + result.redelivered
+            return ((result, dropped), changed.isEmpty ? [] : [.updatedDownloads(changed)])
+        }
+        for id in dropped { removePartialData(id) }
+        return result
+    }
+
+    /// The finished download that last placed `contentIdentifier` (the package it came from:
+    /// URL, SHA-256, manifest), if the store has one.
+    public func lastDelivery(of contentIdentifier: String) throws -> DownloadRecord? {
+        try read { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: """
+                    SELECT \(QueueStore.downloadColumns()) FROM downloads
+                    WHERE contentIdentifier = ? AND state = 'finished' ORDER BY updatedAt DESC, id LIMIT 1
+                    """),
+                arguments: [contentIdentifier]
+            ).map { try QueueStore.download($0) }
+        }
+    }
+
+    /// The finished downloads of `name`: a content identifier, else a product's (its items').
+    public func finishedDownloads(named name: String) throws -> [DownloadRecord] {
+        let finished = try read { db in
+            try Row.fetchAll(
+                db.cachedStatement(sql: """
+                    SELECT \(QueueStore.downloadColumns()) FROM downloads
+                    WHERE (contentIdentifier = ? OR productId = ?) AND state = 'finished' ORDER BY updatedAt DESC, id
+                    """),
+                arguments: [name, name]
+            ).map { try QueueStore.download($0) }
+        }
+        let exact = finished.filter { $0.contentIdentifier.isIdentical(to: name) }
+        return exact.isEmpty ? finished : exact
+    }
+
+    /// Queues finished download `downloadId` again for the package it names (a repair of
+    /// content that is damaged or gone: the whole package is fetched and placed over it). Its
+    /// transaction stays finished. Returns the download, waiting.
+    @discardableResult
+    public func redeliver(_ downloadId: String) throws -> DownloadRecord {
+        let record = try commit { db -> (DownloadRecord, [PaymentQueueEvent]) in
+            guard let record = try QueueStore.fetchDownload(db, id: downloadId) else {
+                throw CourierError(.notFound, "no download \(downloadId)")
+            }
+            guard record.state == .finished || record.state == .cancelled else {
+                throw CourierError(.invalidState, "download \(downloadId) is \(record.state.rawValue), not finished")
+            }
+            let content = QueuedContent(
+                contentIdentifier: record.contentIdentifier, productId: record.productId, transactionId: record.transactionId,
+                url: record.url, sha256: record.sha256, length: record.length, version: record.version, placement: record.placement,
+                unpackedLength: record.unpackedLength, mirrors: record.mirrors, manifest: record.manifest)
+            let waiting = try self.retarget(db, record, to: content, updateFrom: nil, wait: true, now: Date())
+            return (waiting, [.updatedDownloads([waiting])])
+        }
+        removePartialData(downloadId)
+        return record
+    }
+
+    /// Points `record` at `content` in the caller's transaction: the catalog's fields, no partial
+    /// data or journal (the caller removes the files after the commit), and, when `wait`, waiting
+    /// for a worker (the state machine's `retarget`). Returns the record as stored.
+    private func retarget(
+        _ db: Database, _ record: DownloadRecord, to content: QueuedContent, updateFrom: String?, wait: Bool, now: Date
+    ) throws -> DownloadRecord {
+        var record = record
+        record.url = content.url
+        record.sha256 = content.sha256.lowercased()
+        record.length = content.length
+        record.version = content.version
+        record.placement = content.placement
+        record.unpackedLength = content.unpackedLength
+        record.mirrors = content.mirrors
+        record.manifest = content.manifest
+        record.updateFrom = updateFrom
+        record.source = nil
+        record.updatedAt = now
+        try QueueStore.retarget(db, download: record)
+        if wait {
+            var machine = DownloadStateMachine(record: record)
+            _ = try machine.handle(.retarget)
+            record.apply(machine, at: now)
+            try QueueStore.updateState(db, download: record)
+        }
+        try QueueStore.deleteLease(db, downloadId: record.id)
+        try QueueStore.resetJournal(db, downloadId: record.id, now: now)
+        return try QueueStore.fetchDownload(db, id: record.id) ?? record
+    }
+
+    /// Whether content `contentIdentifier` is in place: recorded as delivered, and its folder
+    /// exists where its placement puts it.
+    func contentIsPlaced(_ db: Database, _ contentIdentifier: String) throws -> Bool {
+        guard let delivered = try ContentRows.delivered(db, contentIdentifier: contentIdentifier) else { return false }
+        let folder = (delivered.placement == .cache ? layout.caches : layout.documents)
+            .appendingPathComponent(contentIdentifier, isDirectory: true)
+        return access(folder.path, F_OK) == 0
+    }
+
+    /// The delivered content whose folder is gone (removed behind Courier's back: a cache
+    /// cleaner, a user's `rm`), by identifier: what the agent delivers again.
+    public func vanishedContent() throws -> Set<String> {
+        try read { db in
+            let identifiers = try String.fetchAll(db, sql: "SELECT contentIdentifier FROM delivered_content ORDER BY contentIdentifier")
+            return try Set(identifiers.filter { try !self.contentIsPlaced(db, $0) })
+        }
+    }
+}
