@@ -277,7 +277,8 @@ public struct DownloadLifecycle: Sendable, Equatable {
     public mutating func handle(_ event: Event) throws -> [Action] {
         let before = self
         let actions = try transition(event)
-        return self == before ? actions : [.persist] + actions
+        // A claim always writes the record, a dead owner's active one too (same state, new start).
+        return self == before && !actions.contains(.takeLease) ? actions : [.persist] + actions
     }
 
     private mutating func transition(_ event: Event) throws -> [Action] {

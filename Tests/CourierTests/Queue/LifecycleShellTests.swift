@@ -64,4 +64,27 @@ struct LifecycleShellTests {
         #expect(try queue.download(rejected)?.state == .waiting)
         #expect(try queue.download(paused)?.state == .paused)
     }
+
+    @Test("a re-run deliver's review resumes the scope's paused and failed downloads, whatever stopped them, and no others")
+    func rerunReview() throws {
+        let directory = try TemporaryDirectory(prefix: "courier-shell")
+        defer { directory.remove() }
+        let queue = try QueueFixtures.queue(directory)
+        let transactions = (1...3).map { QueueFixtures.transaction("t\($0)", product: "com.example.p\($0)") }
+        try queue.add(transactions, content: transactions.map { QueueFixtures.content(for: $0) })
+        let failed = try #require(try queue.claim(scope: .transactions(["t1"]), limit: 1).first?.id)
+        try queue.transition(failed, .failed(CourierError(.integrity, "the SHA-256 does not match")))
+        queue.releaseLease(failed)
+        let paused = try #require(try queue.downloads(transactionId: "t2").first?.id)
+        let outside = try #require(try queue.downloads(transactionId: "t3").first?.id)
+        try queue.pause([paused, outside])
+        // Neither is stalled: resume --stalled leaves both.
+        #expect(try queue.requeueStalled().isEmpty)
+
+        let review = try queue.reviewStalled(trigger: .rerun, scope: .transactions(["t1", "t2"]))
+        #expect(Set(review.resumed.map(\.id)) == [failed, paused])
+        #expect(try queue.download(failed)?.state == .waiting)
+        #expect(try queue.download(paused)?.state == .waiting)
+        #expect(try queue.download(outside)?.state == .paused)
+    }
 }
