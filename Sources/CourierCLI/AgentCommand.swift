@@ -10,8 +10,9 @@ struct AgentCommand: AsyncParsableCommand {
         abstract: "Run the client agent: deliver queued purchases and serve Storage/agent.sock.",
         discussion: """
             At start the agent picks up every unfinished transaction. It retries downloads that \
-            failed for the network with backoff and those paused for disk space once they fit, \
-            and POSTs each finished transaction id to the finish webhook until acknowledged. \
+            failed for the network with backoff (those the server refused too, at most 8 times), \
+            and those paused for disk space once they fit with the reserve. It POSTs each \
+            finished transaction id to the finish webhook until acknowledged. \
             SIGTERM or SIGINT checkpoints and pauses active downloads and exits within 5 seconds. \
             `courier enqueue`, list, status, pause, resume, cancel and discard go through the \
             socket while the agent runs (protocol: docs/agent.md).
@@ -53,7 +54,7 @@ struct AgentCommand: AsyncParsableCommand {
             var clientOptions = CourierClient.Options()
             clientOptions.announcesFinishes = true
             clientOptions.webhookBackoff = retryBackoff
-            let client = try CourierClient(configuration: configuration, layout: layout, logger: logger, options: clientOptions)
+            let client = try global.client(configuration: configuration, logger: logger, options: clientOptions)
             defer { client.shutdown() }
             var options = CourierAgent.Options()
             options.retryBackoff = retryBackoff

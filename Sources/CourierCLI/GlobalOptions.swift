@@ -70,11 +70,28 @@ struct GlobalOptions: ParsableArguments {
 
     /// The client core over this storage and configuration, `receiptOptions` applied over it.
     /// With `existingStore`, the store must exist (`update` has nothing to do in a new one).
-    func client(_ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false) throws -> CourierClient {
-        var configuration = try loadConfiguration()
+    /// `configuration`, `logger` and `options`: the agent's own.
+    func client(
+        _ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, configuration: CourierConfiguration? = nil,
+        logger: Logger? = nil, options: CourierClient.Options = .init()
+    ) throws -> CourierClient {
+        let core = try core(receiptOptions, existingStore: existingStore, configuration: configuration, logger: logger)
+        return try CourierClient(configuration: core.configuration, layout: core.layout, logger: core.logger, options: options)
+    }
+
+    /// The client core's parts that need no transfer engine (queue commands, the content
+    /// placer, receipt validation, catalogs), over this storage and configuration (or
+    /// `configuration`), `receiptOptions` applied over it. With `existingStore`, the store must
+    /// exist: reading never creates one. `logger`: else one at the level of `logLevel`, default critical.
+    func core(
+        _ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, configuration: CourierConfiguration? = nil,
+        logger: Logger? = nil
+    ) throws -> CourierCore {
+        var configuration = try configuration ?? loadConfiguration()
         receiptOptions?.apply(to: &configuration)
-        return try CourierClient(
-            configuration: configuration, layout: existingStore ? existingLayout() : layout, logger: logger("courier", default: .critical))
+        return CourierCore(
+            configuration: configuration, layout: existingStore ? try existingLayout() : layout,
+            logger: logger ?? self.logger("courier", default: .critical))
     }
 
     /// The level of every logger a command makes (the one place it is decided): `--verbose`

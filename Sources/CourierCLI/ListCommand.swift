@@ -119,9 +119,7 @@ extension GlobalOptions {
     /// `COURIER_NO_AGENT=1` ignores a running agent.
     func queueControl() throws -> any QueueControl {
         if let agent = agentControl() { return agent }
-        let configuration = try loadConfiguration().queue
-        return LocalQueueControl(
-            queue: try PaymentQueue(layout: existingLayout(), configuration: configuration, logger: logger("courier", default: .warning)))
+        return try core(existingStore: true, logger: logger("courier", default: .warning)).queueControl()
     }
 
     /// The running agent of this storage, or nil when none answers (or `COURIER_NO_AGENT=1`).

@@ -145,12 +145,7 @@ extension GlobalOptions {
     func contentPlacer(
         existingStore: Bool = false, recover: Bool = true, configuration: CourierConfiguration? = nil
     ) throws -> ContentPlacer {
-        let layout = existingStore ? try existingLayout() : self.layout
-        let configuration = try configuration ?? loadConfiguration()
-        let placer = ContentPlacer(
-            layout: layout, store: try StateStore(layout: layout), packages: configuration.packages,
-            placement: configuration.placement, logger: logger("courier", default: .warning))
-        if recover { try placer.recover() }
-        return placer
+        try core(existingStore: existingStore, configuration: configuration, logger: logger("courier", default: .warning))
+            .contentPlacer(recover: recover)
     }
 }

@@ -33,10 +33,8 @@ struct ReceiptVerifyCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let configuration = try global.loadConfiguration()
-            let validator = try receipt.validator(
-                configuration, transport: try CurlHTTPTransport(configuration: configuration.transfer),
-                logger: global.logger("courier.receipts", default: .critical))
+            let validator = try global.core(receipt, logger: global.logger("courier.receipts", default: .critical))
+                .receiptValidator()
             let transactions = try await ReceiptCLI.validate(file, with: validator, output: output)
             if output.json {
                 output.emit(["event": "verified", "transactions": transactions.map(ReceiptCLI.json)])
@@ -71,13 +69,12 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let configuration = try global.loadConfiguration()
-            let transport = try CurlHTTPTransport(configuration: configuration.transfer)
-            let validator = try receipt.validator(
-                configuration, transport: transport, logger: global.logger("courier.receipts", default: .critical))
-            let (location, base) = try configuration.catalogLocation(catalog, for: "look the content up in")
-            let logger = global.logger("courier.catalog", default: .warning)
-            let loaded = try await CatalogLoader(transport: transport, layout: global.layout, logger: logger).load(location, relativeTo: base)
+            let core = try global.core(receipt, logger: global.logger("courier.receipts", default: .critical))
+            let transport = try core.httpTransport()
+            let validator = try core.receiptValidator(transport: transport)
+            let (location, base) = try core.configuration.catalogLocation(catalog, for: "look the content up in")
+            let loaded = try await core.logging(to: global.logger("courier.catalog", default: .warning))
+                .catalogLoader(transport: transport).load(location, relativeTo: base)
             var transactions: [VerifiedTransaction] = []
             for file in files { transactions += try await ReceiptCLI.validate(file, with: validator, output: output) }
             let now = Date()

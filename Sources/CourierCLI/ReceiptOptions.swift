@@ -1,7 +1,6 @@
 import ArgumentParser
 import Courier
 import Foundation
-import Logging
 
 /// The receipt options of every command that validates receipts (`receipt verify`, `deliver`,
 /// `enqueue`, `agent`, `serve`). They override `Config/courier.json`'s `receipts` section.
@@ -48,17 +47,5 @@ struct ReceiptOptions: ParsableArguments {
         if !environments.isEmpty {
             configuration.receipts.environments = Set(environments.map { Self.canonicalEnvironment($0) ?? $0 })
         }
-    }
-
-    /// The configuration with these options applied, and a validator for it.
-    func validator(_ configuration: CourierConfiguration, transport: any HTTPTransport, logger: Logger) throws -> ReceiptValidator {
-        var configuration = configuration
-        apply(to: &configuration)
-        return try ReceiptValidator(
-            configuration: configuration.receipts,
-            baseDirectory: configuration.baseDirectory,
-            transport: transport,
-            logger: logger
-        )
     }
 }

@@ -256,13 +256,7 @@ struct ServeCommand: AsyncParsableCommand {
                 hint: "pass --trust-root PATH (or set receipts.trustRoots), or --public to serve without receipts"
             )
         }
-        let files = configuration.receipts.trustRoots.map { configuration.resolvePath($0) }
-        let verifier = SignedTransactionVerifier(
-            trustedRoots: try TrustRoots.load(files),
-            bundleId: configuration.receipts.bundleId,
-            environments: configuration.receipts.environments,
-            clockSkew: configuration.receipts.clockSkew
-        )
+        let verifier = try global.core(configuration: configuration).transactionVerifier()
         let cache =
             serve.tokenCacheSize > 0
             ? VerifiedTokenCache(capacity: serve.tokenCacheSize, lifetime: serve.tokenCacheLifetime, metrics: metrics) : nil

@@ -9,8 +9,9 @@ import Glibc
 
 /// The client agent (`courier agent`): a long-running `Service` that, once run, picks up every
 /// unfinished transaction of the store (as StoreKit's observer registered at launch does), works
-/// the queue through the pipeline under leases, retries downloads that failed for `network` on
-/// a backoff schedule and those paused for `insufficientSpace` once statvfs says they fit,
+/// the queue through the pipeline under leases, retries downloads that failed for `network` or
+/// `serverRejected` on a backoff schedule and those paused for `insufficientSpace` once they fit
+/// (the download lifecycle decides both: `DownloadLifecycle`, as for `courier resume --stalled`),
 /// announces finished transactions to the finish webhook, and serves the control socket.
 ///
 /// Graceful shutdown (SIGTERM or SIGINT through a `ServiceGroup`) cancels the pipeline: active
@@ -23,8 +24,13 @@ public final class CourierAgent: Service, Sendable {
         /// attempt up to `maxRetryBackoff`. Default 2 s.
         public var retryBackoff: Double = 2
         public var maxRetryBackoff: Double = 300
+        /// Automatic retries of a download the server refused (`serverRejected`) before it
+        /// stays failed until a user resumes it (`DownloadLifecycle.Policy`). Default 8.
+        public var maxRejectedRetries: Int = 8
         /// Seconds between checks for retryable downloads and due webhooks. Default 1.
         public var checkInterval: Double = 1
+        /// Where the agent reads the storage's free space (statvfs; tests give a fake).
+        public var freeSpace: FreeSpaceProbe = .statvfs
         /// Called once the control socket accepts connections (the CLI tells systemd it is ready).
         public var onReady: (@Sendable () -> Void)?
 
@@ -139,39 +145,42 @@ public final class CourierAgent: Service, Sendable {
         }
     }
 
-    /// Resumes downloads that failed for `network` once their backoff has passed, and those
-    /// paused or failed for `insufficientSpace` once the storage's file system has room.
+    /// The lifecycle's review of the stalled downloads (`PaymentQueue.reviewStalled`, as
+    /// `courier resume --stalled` does, but `automatic`): a download that failed for the network
+    /// (or a busy partial file) is retried once its backoff has passed; one the server refused
+    /// (`serverRejected`) likewise, at most `maxRejectedRetries` times; one paused for space once
+    /// the free space holds its remaining bytes, its unpacked size and the reserve.
     func retryStopped(now: Date = Date()) {
-        let downloads: [DownloadRecord]
+        var policy = queue.lifecycle
+        policy.retryBackoff = Backoff(initial: options.retryBackoff, maximum: options.maxRetryBackoff, jitter: false)
+        policy.maxRejectedRetries = options.maxRejectedRetries
+        let free = try? options.freeSpace.available(queue.layout.root)
+        let review: StalledReview
         do {
-            downloads = try queue.entries(now: now).compactMap(\.download)
-        } catch {
-            logger.error("cannot read the queue", metadata: ["error": "\(error)"])
-            return
-        }
-        retries.forget(except: Set(downloads.filter { $0.state != .finished }.map(\.id)))
-        for download in downloads where download.state == .failed || download.state == .paused {
-            var logger = self.logger
-            logger[metadataKey: "download-id"] = "\(download.id)"
-            logger[metadataKey: "transaction-id"] = "\(download.transactionId)"
-            switch (download.state, download.errorCode, download.pauseReason) {
-            case (.failed, .network?, _), (.failed, .leased?, _):
-                // The network may be back; a process that held the partial file may be gone.
-                let attempts = retries.attempts(download.id)
-                let delay = Backoff(initial: options.retryBackoff, maximum: options.maxRetryBackoff, jitter: false)
-                    .delay(attempt: attempts + 1)
-                guard now.timeIntervalSince(download.updatedAt) >= delay else { continue }
-                retries.record(download.id)
-                logger.info("retrying", metadata: ["reason": "\(download.errorCode?.rawValue ?? "")", "attempt": "\(attempts + 1)"])
-                _ = try? queue.resume([download.id])
-            case (.paused, _, .insufficientSpace?), (.failed, .insufficientSpace?, _):
-                let needed = max(0, download.length - download.durableOffset) + (download.unpackedLength ?? download.length)
-                guard let free = try? FreeSpaceProbe.statvfs.available(queue.layout.root), free >= needed else { continue }
-                logger.info("space is free again; resuming", metadata: ["free": "\(free)", "needed": "\(needed)"])
-                _ = try? queue.resume([download.id])
-            default:
-                continue
+            let before = try queue.entries(now: now).compactMap(\.download)
+            retries.forget(except: Set(before.filter { $0.state != .finished }.map(\.id)))
+            let failed = Dictionary(before.filter { $0.state == .failed }.map { ($0.id, $0) }) { first, _ in first }
+            review = try queue.reviewStalled(
+                trigger: .automatic, policy: policy, freeSpace: free, retries: retries.attempts, now: now)
+            for download in review.resumed {
+                var logger = self.logger
+                logger[metadataKey: "download-id"] = "\(download.id)"
+                logger[metadataKey: "transaction-id"] = "\(download.transactionId)"
+                if let failure = failed[download.id], failure.errorCode != .insufficientSpace {
+                    retries.record(download.id)
+                    logger.info(
+                        "retrying",
+                        metadata: [
+                            "reason": "\(failure.errorCode?.rawValue ?? "")", "attempt": "\(retries.attempts(download.id))",
+                        ])
+                } else {
+                    logger.info(
+                        "space is free again; resuming",
+                        metadata: ["free": "\(free ?? -1)", "needed": "\(policy.space.needed(for: download))"])
+                }
             }
+        } catch {
+            logger.error("cannot review the stalled downloads", metadata: ["error": "\(error)"])
         }
     }
 

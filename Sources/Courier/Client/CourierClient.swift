@@ -25,6 +25,8 @@ public final class CourierClient: Sendable {
     public let layout: StorageLayout
     public let queue: PaymentQueue
     public let pipeline: DeliveryPipeline
+    /// The parts that need no engine, from the same configuration, layout and logger.
+    public let core: CourierCore
     let engine: TransferEngine
     let catalogLoader: CatalogLoader
     let webhook: FinishWebhook?
@@ -43,20 +45,16 @@ public final class CourierClient: Sendable {
         self.configuration = configuration
         self.layout = layout
         self.logger = logger
+        let core = CourierCore(configuration: configuration, layout: layout, logger: logger)
+        self.core = core
         let store = try StateStore(layout: layout)
-        let queue = PaymentQueue(store: store, layout: layout, configuration: configuration.queue, logger: logger)
+        let queue = core.paymentQueue(store: store)
         let engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
         self.queue = queue
         self.engine = engine
-        let placer = ContentPlacer(
-            layout: layout,
-            store: store,
-            packages: configuration.packages,
-            placement: configuration.placement,
-            logger: logger
-        )
+        let placer: ContentPlacer
         do {
-            try placer.recover()
+            placer = try core.contentPlacer(store: store, recover: true)
         } catch {
             engine.shutdown()
             throw error
@@ -64,7 +62,7 @@ public final class CourierClient: Sendable {
         // A stale catalog served from the cache is worth a warning even when the log is quiet.
         var catalogLogger = logger
         catalogLogger.logLevel = min(logger.logLevel, .warning)
-        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
+        catalogLoader = try core.logging(to: catalogLogger).catalogLoader(transport: engine.httpTransport)
         let webhook = webhookURL.map { url in
             FinishWebhook(
                 url: url,
@@ -81,8 +79,9 @@ public final class CourierClient: Sendable {
             downloader: TransferDownloadStage(
                 engine: engine,
                 credentials: TransferDownloadStage.bearerCredentials(from: queue),
-                unpackedSpace: { [placement = configuration.placement] download in
-                    placement.unpackedSpace(packageLength: download.length, unpackedLength: download.unpackedLength)
+                // The lifecycle's space rule: the transfer keeps what the agent's resume counts.
+                unpackedSpace: { [space = configuration.lifecycle.space] download in
+                    space.unpacked(length: download.length, unpackedLength: download.unpackedLength)
                 }
             ),
             installer: PlacementInstallStage(placer: placer),
@@ -110,12 +109,7 @@ public final class CourierClient: Sendable {
     /// A receipt validator with the configured trust roots, bundle id and environments, fetching
     /// over the engine's connections (legacy receipts, revocation lists).
     public func receiptValidator() throws -> ReceiptValidator {
-        try ReceiptValidator(
-            configuration: configuration.receipts,
-            baseDirectory: configuration.baseDirectory,
-            transport: engine.httpTransport,
-            logger: logger
-        )
+        try core.receiptValidator(transport: engine.httpTransport)
     }
 
     /// Validates `purchase`'s receipt, entitles its transactions in the catalog (its own, else the
@@ -149,7 +143,8 @@ public final class CourierClient: Sendable {
     }
 
     /// Delivers `scope` in the foreground until nothing in it can move, and returns where it
-    /// stands. With `retryStopped`, its paused and failed downloads wait again first. `observer`
+    /// stands. With `retryStopped`, its paused and failed downloads wait again first (the
+    /// lifecycle's review by a `rerun`). `observer`
     /// hears every queue event of the run (not the retries), and has heard them all when this
     /// returns or throws. Downloads of `scope` another live process works are waited for (and
     /// taken over if it dies): `observer` is told who works them, then hears their changes with
@@ -162,12 +157,8 @@ public final class CourierClient: Sendable {
         observer: (any PaymentQueueObserver)? = nil,
         followInterval: Double = 0.25
     ) async throws -> DeliverySummary {
-        if retryStopped {
-            let stopped = try queue.entries().compactMap(\.download).filter { download in
-                (download.state == .paused || download.state == .failed) && scope.contains(download)
-            }
-            if !stopped.isEmpty { try queue.resume(stopped.map(\.id)) }
-        }
+        // The lifecycle's review of a re-run, as the agent and `resume --stalled` ask theirs.
+        if retryStopped { _ = try queue.reviewStalled(trigger: .rerun, scope: scope) }
         if let observer { queue.addObserver(observer) }
         defer { if let observer { queue.removeObserver(observer) } }
         do {

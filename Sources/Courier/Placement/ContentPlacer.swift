@@ -565,14 +565,6 @@ public final class ContentPlacer: Sendable {
 
     // MARK: Space
 
-    /// The bytes a delivery needs on disk besides the reserve: the download's remaining bytes plus
-    /// the unpacked size (from the package or catalog, else `unpackedSizeFactor` × its length).
-    public func spaceNeeded(remainingDownload: Int64, packageLength: Int64, unpackedLength: Int64?) -> Int64 {
-        let unpacked = placement.unpackedSpace(packageLength: packageLength, unpackedLength: unpackedLength)
-        let (sum, overflow) = max(remainingDownload, 0).addingReportingOverflow(unpacked)
-        return overflow ? .max : sum
-    }
-
     /// Makes room for `bytes` (+ reserve) on the filesystem of `layout.root`: purges cache-placed
     /// content LRU-first when allowed, never Documents, never identifiers in `inUse`; else throws
     /// CourierError(.insufficientSpace) before anything is written.

@@ -24,15 +24,6 @@ public struct PlacementConfiguration: Sendable, Codable, Equatable {
 
     public init() {}
 
-    /// The room content takes once unpacked: `unpackedLength` where the catalog or package says,
-    /// else `unpackedSizeFactor` × the package's length. Saturating: the lengths come from a
-    /// catalog and the factor from configuration.
-    public func unpackedSpace(packageLength: Int64, unpackedLength: Int64?) -> Int64 {
-        if let unpackedLength { return max(unpackedLength, 0) }
-        let estimate = Double(max(packageLength, 0)) * unpackedSizeFactor
-        return estimate.isNaN || estimate <= 0 ? 0 : estimate >= Double(Int64.max) ? .max : Int64(estimate)
-    }
-
     enum CodingKeys: String, CodingKey {
         case purgeCaches, unpackedSizeFactor, syncBeforeRename, maxInterruptedInstalls
     }

@@ -11,7 +11,7 @@ public struct TransferDownloadStage: ContentDownloading {
     public let credentials: @Sendable (DownloadRecord) -> [(String, String)]
     /// The room a download's content will take once unpacked, kept free beside the download
     /// from its first byte: the catalog's `unpackedLength`, else `placement.unpackedSizeFactor` ×
-    /// the package's length (`PlacementConfiguration.unpackedSpace`).
+    /// the package's length (`DownloadLifecycle.SpaceRule.unpacked`).
     public let unpackedSpace: @Sendable (DownloadRecord) -> Int64
 
     public init(

@@ -305,9 +305,9 @@ public final class DeliveryPipeline: Sendable {
                     logger.debug("lease lost; leaving the download to its new owner")
                     return outcome
                 }
-                // An interruption pauses an active download; anything else records the failure.
-                let active = try queue.download(record.id)?.state == .active
-                try queue.transition(record.id, interrupted && active ? .pause(.interrupted) : .failed(failure))
+                // The lifecycle decides: an interruption pauses an active download, a failure
+                // fails or pauses it, and a download someone else moved keeps their state.
+                try queue.transition(record.id, interrupted ? .interrupted : .failed(failure))
             } catch {
                 logger.error("cannot record the end of a download", metadata: ["error": "\(error)"])
             }
@@ -320,8 +320,9 @@ public final class DeliveryPipeline: Sendable {
     /// download's lease (a heartbeat every `heartbeatInterval`) and, when `stoppable`, watch for
     /// a stop: the body is cancelled once the lease is lost or the download leaves `active` (a
     /// pause or cancel in this process fires its stop signal as it commits, one from another
-    /// process is seen at the next heartbeat). The state machine's `stopTransfer` action is
-    /// carried out here. Nothing outlives the body; cancelling the caller cancels it all.
+    /// process is seen at the next heartbeat). The lifecycle's `stopTransfer` action fires the
+    /// stop signal (`PaymentQueue.perform`); the body stops here. Nothing outlives the body;
+    /// cancelling the caller cancels it all.
     private func supervised<T: Sendable>(
         _ id: String, stoppable: Bool, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {

@@ -34,32 +34,27 @@ public struct QueueEntry: Sendable, Codable, Equatable {
 }
 
 extension DownloadRecord {
-    /// Why this download is stalled at `now`, given its lease, or nil if it is not.
+    /// Why this download is stalled at `now`, given its lease, or nil if it is not: the
+    /// lifecycle's answer (`DownloadLifecycle.stallReason`).
     public func stallReason(lease: Lease?, now: Date = Date(), stallTimeout: Double, host: String = LeaseOwner.hostName())
         -> StallReason?
     {
-        switch state {
-        case .active:
-            guard let lease, !lease.isStale(now: now, host: host) else { return .ownerDied }
-            let lastBytes = lastProgressAt ?? lease.acquiredAt
-            return now.timeIntervalSince(lastBytes) > stallTimeout ? .noBytes : nil
-        case .paused:
-            switch pauseReason {
-            case .interrupted?: return .interrupted
-            case .insufficientSpace?: return .insufficientSpace
-            case .user?, nil: return nil
-            }
-        case .failed:
-            switch errorCode {
-            // A 404 may be a CDN that has not got the package yet: retried like the network.
-            case .network?, .serverRejected?: return .network
-            case .leased?: return .partialFileBusy
-            default: return nil
-            }
-        case .waiting, .finished, .cancelled:
-            return nil
-        }
+        let fact: DownloadLifecycle.LeaseFact =
+            lease.map { $0.isStale(now: now, host: host) ? .stale : .live(acquiredAt: $0.acquiredAt) } ?? .none
+        return DownloadLifecycle(record: self).stallReason(lease: fact, now: now, stallTimeout: stallTimeout)
     }
+}
+
+/// What a review of the stalled downloads did (`PaymentQueue.reviewStalled`).
+public struct StalledReview: Sendable {
+    /// Downloads moved back to waiting (a pipeline picks them up).
+    public var resumed: [DownloadRecord] = []
+    /// Failed downloads whose next retry is due later, with when.
+    public var retryAt: [String: Date] = [:]
+    /// Downloads paused for space, with the free bytes each needs before it resumes.
+    public var waitingForSpace: [String: Int64] = [:]
+
+    public init() {}
 }
 
 extension PaymentQueue {
@@ -68,7 +63,8 @@ extension PaymentQueue {
     /// `includeFinished`. One query, so it stays fast with tens of thousands of transactions.
     public func entries(includeFinished: Bool = false, now: Date = Date()) throws -> [QueueEntry] {
         let host = leases.owner.host
-        let stallTimeout = configuration.stallTimeout
+        let token = leases.owner.token
+        let stallTimeout = lifecycle.stallTimeout
         return try read { db in
             var entries: [QueueEntry] = []
             var liveness: [String: Bool] = [:]
@@ -88,7 +84,10 @@ extension PaymentQueue {
                         transactionId: row.transactionId, productId: row.productId,
                         transactionState: row.transactionState, revoked: row.revoked, transactionCreatedAt: row.transactionCreatedAt,
                         download: row.download, lease: row.lease, ownerAlive: alive,
-                        stalled: row.download?.stallReason(lease: row.lease, now: now, stallTimeout: stallTimeout, host: host)))
+                        stalled: row.download.flatMap { download in
+                            let fact = Self.leaseFact(row.lease, ourToken: token) { _ in alive == true }
+                            return DownloadLifecycle(record: download).stallReason(lease: fact, now: now, stallTimeout: stallTimeout)
+                        }))
             }
             return entries
         }
@@ -99,24 +98,62 @@ extension PaymentQueue {
         try entries(now: now).filter { $0.stalled != nil }.compactMap(\.download)
     }
 
-    /// Moves stalled downloads back to waiting so a pipeline picks them up: an active one whose
-    /// owner died, or a paused or failed one for a retryable reason. An active one with a live
-    /// but silent owner is paused (its owner stops at its next heartbeat) and then waits.
+    /// `courier resume --stalled`: every stalled download goes back to waiting now, as the
+    /// lifecycle decides for a user (`DownloadLifecycle.Trigger.user`): an active one whose owner
+    /// died, a paused or failed one for a retryable reason, and an active one with a live but
+    /// silent owner (its transfer is stopped: at once in this process, at its owner's next
+    /// heartbeat in another).
     @discardableResult
     public func requeueStalled(now: Date = Date()) throws -> [DownloadRecord] {
-        var moved: [DownloadRecord] = []
+        try reviewStalled(trigger: .user, now: now).resumed
+    }
+
+    /// Reviews every stalled download with the lifecycle (`DownloadLifecycle.Event.review`) and
+    /// performs what it decides. `automatic` (the agent): a failed download is retried once its
+    /// backoff has passed (`retries` of it so far; a `serverRejected` one at most
+    /// `policy.maxRejectedRetries` times), one paused for space once `freeSpace` holds what it
+    /// needs (counting the room of those resumed before it). `rerun` (`deliver` run again): every
+    /// paused or failed download, stalled or not. Only downloads of `scope`. `policy` defaults
+    /// to the queue's.
+    public func reviewStalled(
+        trigger: DownloadLifecycle.Trigger, scope: DeliveryScope = .all, policy: DownloadLifecycle.Policy? = nil,
+        freeSpace: Int64? = nil, retries: (String) -> Int = { _ in 0 }, now: Date = Date()
+    ) throws -> StalledReview {
+        let policy = policy ?? lifecycle
+        var review = StalledReview()
+        var free = freeSpace
         for entry in try entries(now: now) {
-            guard let download = entry.download, let reason = entry.stalled else { continue }
-            switch reason {
-            case .ownerDied:
-                if let record = try transition(download.id, .ownerDied) { moved.append(record) }
-            case .noBytes:
-                try transition(download.id, .pause(.user))
-                if let record = try transition(download.id, .resume) { moved.append(record) }
-            case .interrupted, .network, .insufficientSpace, .partialFileBusy:
-                if let record = try transition(download.id, .resume) { moved.append(record) }
+            guard let download = entry.download, scope.contains(download),
+                entry.stalled != nil || (trigger == .rerun && (download.state == .paused || download.state == .failed))
+            else { continue }
+            let input = { (lease: DownloadLifecycle.LeaseFact) in
+                DownloadLifecycle.Review(
+                    now: now, lease: lease, freeSpace: free, retries: retries(download.id), trigger: trigger, policy: policy)
+            }
+            let (record, actions) = try reviewOne(download.id, now: now, input)
+            for action in actions {
+                switch action {
+                case .retry(let at): review.retryAt[download.id] = at
+                case .resumeWhenFree(let bytes): review.waitingForSpace[download.id] = bytes
+                default: break
+                }
+            }
+            guard let record, record.state == .waiting else { continue }
+            review.resumed.append(record)
+            // The room it needs is taken from what the next one may count on.
+            if let available = free, entry.stalled == .insufficientSpace {
+                free = available - min(available, policy.space.needed(for: download))
             }
         }
-        return moved
+        return review
+    }
+
+    /// One review in one database transaction: the lease is read with the record.
+    private func reviewOne(
+        _ downloadId: String, now: Date, _ input: (DownloadLifecycle.LeaseFact) -> DownloadLifecycle.Review
+    ) throws -> (DownloadRecord?, [DownloadLifecycle.Action]) {
+        try transition(downloadId) { db in
+            .review(input(self.leaseFact(try LeaseManager.lease(db, downloadId: downloadId), now: now)))
+        }
     }
 }

@@ -29,7 +29,7 @@ extension PaymentQueue {
                 return ((record, false), [])  // already queued
             }
             if record.state == .active { return ((nil, false), []) }
-            var machine = DownloadStateMachine(record: record)
+            var machine = DownloadLifecycle(record: record)
             _ = try machine.handle(.retarget)
             record.url = content.url
             record.sha256 = content.sha256.lowercased()

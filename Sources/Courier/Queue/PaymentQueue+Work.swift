@@ -71,18 +71,12 @@ extension PaymentQueue {
             // Lazy: a claim lost to a power cut only leaves the download waiting.
             let record: DownloadRecord? = try commit(durable: false) { db in
                 guard var record = try QueueStore.fetchDownload(db, id: id) else { return (nil, []) }
-                let interrupted = record.state == .paused && record.pauseReason == .interrupted
-                guard record.state == .waiting || record.state == .active || interrupted else { return (nil, []) }
-                if let existing = try LeaseManager.lease(db, downloadId: id),
-                    existing.owner.token == self.leases.owner.token
-                        || !existing.isStale(now: now, host: self.leases.owner.host)
-                {
-                    return (nil, [])
-                }
-                // A dead owner's download waits again, then starts under this process's lease.
-                var machine = DownloadStateMachine(record: record)
-                if record.state == .active { _ = try machine.handle(.ownerDied) }
-                _ = try machine.handle(.start)
+                // The lifecycle decides: a waiting download, one paused by an interruption, or
+                // an active one whose owner died, once no live process holds it.
+                let lease = self.leaseFact(try LeaseManager.lease(db, downloadId: id), now: now)
+                var machine = DownloadLifecycle(record: record)
+                let actions = try machine.handle(.claim(lease))
+                guard actions.contains(.takeLease) else { return (nil, []) }
                 // The lease was read above and is free or stale: taken without reading it again.
                 try self.leases.take(db, downloadId: id, now: now)
                 record.apply(machine, at: now)
@@ -92,6 +86,19 @@ extension PaymentQueue {
             if let record { claimed.append(record) }
         }
         return claimed
+    }
+
+    /// The lifecycle's view of `lease` at `now`: none, this process's, a live process's, or stale
+    /// (expired, or its owner on this host is gone: `/proc` is read here, not in the machine).
+    func leaseFact(_ lease: Lease?, now: Date) -> DownloadLifecycle.LeaseFact {
+        Self.leaseFact(lease, ourToken: leases.owner.token) { !$0.isStale(now: now, host: self.leases.owner.host) }
+    }
+
+    /// `lease` as a fact: this process's (`ourToken`), else live or stale as `alive` says.
+    static func leaseFact(_ lease: Lease?, ourToken: String, alive: (Lease) -> Bool) -> DownloadLifecycle.LeaseFact {
+        guard let lease else { return .none }
+        if lease.owner.token == ourToken { return .ours(acquiredAt: lease.acquiredAt) }
+        return alive(lease) ? .live(acquiredAt: lease.acquiredAt) : .stale
     }
 
     /// Whether some download of `scope` still needs work but another live process holds it.

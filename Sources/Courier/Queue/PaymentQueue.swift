@@ -15,6 +15,8 @@ public final class PaymentQueue: Sendable {
     let store: StateStore
     public let layout: StorageLayout
     public let configuration: QueueConfiguration
+    /// The rules of the download lifecycle this queue applies: stall timeout, retries, space.
+    public let lifecycle: DownloadLifecycle.Policy
     /// This process's leases.
     let leases: LeaseManager
     let logger: Logger
@@ -31,10 +33,16 @@ public final class PaymentQueue: Sendable {
     /// The stop signals of downloads this process works, by download id (`watchStop`).
     private let stopWatchers = Mutex<[String: [ObjectIdentifier: StopSignal]]>([:])
 
-    public init(store: StateStore, layout: StorageLayout, configuration: QueueConfiguration = .init(), logger: Logger) {
+    /// `lifecycle`: the rules of `CourierConfiguration.lifecycle`; by default the queue's stall
+    /// timeout with the default retries and space rule.
+    public init(
+        store: StateStore, layout: StorageLayout, configuration: QueueConfiguration = .init(),
+        lifecycle: DownloadLifecycle.Policy? = nil, logger: Logger
+    ) {
         self.store = store
         self.layout = layout
         self.configuration = configuration
+        self.lifecycle = lifecycle ?? DownloadLifecycle.Policy(stallTimeout: configuration.stallTimeout)
         self.leases = LeaseManager(duration: configuration.leaseDuration)
         self.logger = logger
         self.events = PaymentQueueEvents()
@@ -42,8 +50,12 @@ public final class PaymentQueue: Sendable {
     }
 
     /// Opens the state database of `layout` and the queue over it.
-    public convenience init(layout: StorageLayout, configuration: QueueConfiguration = .init(), logger: Logger) throws {
-        try self.init(store: StateStore(layout: layout), layout: layout, configuration: configuration, logger: logger)
+    public convenience init(
+        layout: StorageLayout, configuration: QueueConfiguration = .init(), lifecycle: DownloadLifecycle.Policy? = nil,
+        logger: Logger
+    ) throws {
+        try self.init(
+            store: StateStore(layout: layout), layout: layout, configuration: configuration, lifecycle: lifecycle, logger: logger)
     }
 
     // MARK: Observers
@@ -293,15 +305,23 @@ public final class PaymentQueue: Sendable {
     /// Applies `event` to a download in one database transaction and performs its actions.
     /// Returns the record after the move, or nil if nothing changed.
     @discardableResult
-    func transition(_ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool = false) throws
+    func transition(_ downloadId: String, _ event: DownloadLifecycle.Event, requireLease: Bool = false) throws
         -> DownloadRecord?
     {
-        let (record, removeFiles) = try commit { db -> ((DownloadRecord?, Bool), [PaymentQueueEvent]) in
-            let (record, removeFiles, events) = try self.applyTransition(db, downloadId, event, requireLease: requireLease)
-            return ((record, removeFiles), events)
+        try transition(downloadId, requireLease: requireLease) { _ in event }.0
+    }
+
+    /// `transition` with the event made inside the database transaction (from facts read there,
+    /// such as the lease); also returns the lifecycle's actions besides `persist`.
+    func transition(
+        _ downloadId: String, requireLease: Bool = false, _ event: (Database) throws -> DownloadLifecycle.Event
+    ) throws -> (DownloadRecord?, [DownloadLifecycle.Action]) {
+        let (record, actions) = try commit { db -> ((DownloadRecord?, [DownloadLifecycle.Action]), [PaymentQueueEvent]) in
+            let (record, actions, events) = try self.applyTransition(db, downloadId, try event(db), requireLease: requireLease)
+            return ((record, actions), events)
         }
-        if removeFiles { removePartialData(downloadId) }
-        return record
+        perform(actions, downloadId)
+        return (record, actions)
     }
 
     /// Records `downloadId` as placed at `contentURL` (with `placement`, the content's own
@@ -312,56 +332,72 @@ public final class PaymentQueue: Sendable {
         _ downloadId: String, transactionId: String, contentURL: URL, placement: PlacementRecord? = nil, finish: Bool
     ) throws -> TransactionRecord? {
         let recorders = finishRecorders.withLock { $0 }
-        let (finished, removeFiles) = try commit { db -> ((TransactionRecord?, Bool), [PaymentQueueEvent]) in
+        let (finished, actions) = try commit { db -> ((TransactionRecord?, [DownloadLifecycle.Action]), [PaymentQueueEvent]) in
             try placement?.record(db)
-            let (_, removeFiles, events) = try self.applyTransition(
+            let (_, actions, events) = try self.applyTransition(
                 db, downloadId, .installed(contentURL: contentURL), requireLease: false)
-            guard finish else { return ((nil, removeFiles), events) }
+            guard finish else { return ((nil, actions), events) }
             let (finished, finishEvents) = try Self.finishIfDelivered(db, transactionId, recorders: recorders)
-            return ((finished, removeFiles), events + finishEvents)
+            return ((finished, actions), events + finishEvents)
         }
-        if removeFiles { removePartialData(downloadId) }
+        perform(actions, downloadId)
         return finished
     }
 
-    /// The database half of `transition`: applies `event` inside the caller's transaction, and
-    /// says whether the caller drops the partial data after the commit (`removePartialData`).
-    /// (`stopTransfer` is carried out by the worker: it hears the download leave `active` in
-    /// the queue's events, `DeliveryPipeline.supervised`.)
-    private func applyTransition(_ db: Database, _ downloadId: String, _ event: DownloadStateMachine.Event, requireLease: Bool) throws
-        -> (DownloadRecord?, Bool, [PaymentQueueEvent])
+    /// The database half of `transition`: asks the lifecycle about `event` inside the caller's
+    /// transaction and carries out `persist` there. Returns the actions left for after the commit
+    /// (`perform`): `stopTransfer`, and `removePartialData` only when this process may drop the
+    /// data (it holds the lease, or takes a free or stale one).
+    private func applyTransition(_ db: Database, _ downloadId: String, _ event: DownloadLifecycle.Event, requireLease: Bool) throws
+        -> (DownloadRecord?, [DownloadLifecycle.Action], [PaymentQueueEvent])
     {
         guard var record = try QueueStore.fetchDownload(db, id: downloadId) else {
             throw CourierError(.notFound, "no download \(downloadId)")
         }
-        var machine = DownloadStateMachine(record: record)
-        let before = machine
-        let actions = try machine.handle(event)
+        var machine = DownloadLifecycle(record: record)
+        var actions = try machine.handle(event)
         // Partial data may be dropped only by the lease holder: take the lease if it is free
         // or stale; a live owner drops it itself when it sees the new state.
-        var removeFiles = false
         if actions.contains(.removePartialData) || requireLease {
             let existing = try LeaseManager.lease(db, downloadId: downloadId)
             let ours = existing?.owner.token == self.leases.owner.token
             if existing == nil || ours || existing?.isStale(host: self.leases.owner.host) == true {
-                removeFiles = true
                 if !ours { try QueueStore.deleteLease(db, downloadId: downloadId) }
-            } else if requireLease, let existing {
-                throw CourierError(
-                    .leased,
-                    "download \(downloadId) is held by process \(existing.owner.pid) on \(existing.owner.host)",
-                    hint: "pause it there first, or wait for its lease to expire")
+            } else {
+                actions.removeAll { $0 == .removePartialData }
+                if requireLease, let existing {
+                    throw CourierError(
+                        .leased,
+                        "download \(downloadId) is held by process \(existing.owner.pid) on \(existing.owner.host)",
+                        hint: "pause it there first, or wait for its lease to expire")
+                }
             }
         }
-        guard machine != before || removeFiles else { return (nil, false, []) }
+        let removeFiles = actions.contains(.removePartialData)
+        guard actions.contains(.persist) || removeFiles else { return (nil, actions, []) }
         let now = Date()
         record.apply(machine, at: now)
         try QueueStore.updateState(db, download: record)
-        if removeFiles && (actions.contains(.removePartialData) || event == .discard) {
+        if removeFiles {
             try QueueStore.resetJournal(db, downloadId: downloadId, now: now)
             record = try QueueStore.fetchDownload(db, id: downloadId) ?? record
         }
-        return (record, removeFiles, [.updatedDownloads([record])])
+        return (record, actions.filter { $0 != .persist }, [.updatedDownloads([record])])
+    }
+
+    /// Carries out the lifecycle's actions on `downloadId` that follow a commit: `stopTransfer`
+    /// fires the stop signal of this process's worker (one in another process sees the new state
+    /// at its next heartbeat), `removePartialData` deletes its files. Nothing is inferred from
+    /// the state: a download leaves `active` without stopping its worker when the worker itself
+    /// recorded the move.
+    func perform(_ actions: [DownloadLifecycle.Action], _ downloadId: String) {
+        for action in actions {
+            switch action {
+            case .stopTransfer: stopWorker(downloadId)
+            case .removePartialData: removePartialData(downloadId)
+            case .persist, .takeLease, .retry, .resumeWhenFree: continue
+            }
+        }
     }
 
     /// Deletes the partial file and any verified package of a download.
@@ -384,22 +420,20 @@ public final class PaymentQueue: Sendable {
                 throw CourierError(.io, "the state database refused a change", cause: "\(error)")
             }
             self.events.publish(events, from: self)
-            // New claimable work (queued, resumed) wakes a pipeline waiting for its next poll; a
-            // download that left `active` stops its worker here (the `stopTransfer` action).
+            // New claimable work (queued, resumed) wakes a pipeline waiting for its next poll. (A
+            // worker is stopped by the `stopTransfer` action, `perform`, not from the state.)
             var claimable = false
-            for case .updatedDownloads(let records) in events {
-                for record in records {
-                    if record.state == .waiting { claimable = true }
-                    if record.state != .active { stopWorker(record.id) }
-                }
+            for case .updatedDownloads(let records) in events where records.contains(where: { $0.state == .waiting }) {
+                claimable = true
             }
             if claimable { workAvailable.ring() }
             return value
         }
     }
 
-    /// A signal fired when a commit of this process moves `downloadId` out of `active`; pass it
-    /// to `unwatchStop` once the work it guards is over.
+    /// A signal fired when this process performs the lifecycle's `stopTransfer` for
+    /// `downloadId` (a pause, a cancel, a user's review of a silent transfer); pass it to
+    /// `unwatchStop` once the work it guards is over.
     func watchStop(_ downloadId: String) -> StopSignal {
         let signal = StopSignal()
         stopWatchers.withLock { $0[downloadId, default: [:]][ObjectIdentifier(signal)] = signal }

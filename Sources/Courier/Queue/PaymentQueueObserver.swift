@@ -129,6 +129,9 @@ final class StopSignal: Sendable {
         }?.resume()
     }
 
+    /// Whether it fired.
+    var isFired: Bool { state.withLock { $0.fired } }
+
     /// Returns once fired, or once the calling task is cancelled.
     func wait() async {
         await withTaskCancellationHandler {

@@ -298,7 +298,8 @@ enum QueueStore {
     /// Ids of up to `limit` downloads of `scope` a worker may claim, oldest first: waiting, paused
     /// by an interruption, or active (their owner may be dead), of a purchased or restored
     /// transaction, or of a finished one (an update, or content delivered again: a restore),
-    /// and not leased to `token`.
+    /// and not leased to `token`. Only a narrowing for the index: whether each is taken is the
+    /// lifecycle's `claim` decision (`PaymentQueue.claim`).
     static func claimCandidates(_ db: Database, scope: DeliveryScope, notLeasedTo token: String, limit: Int) throws -> [String] {
         let (condition, arguments) = condition(scope)
         return try String.fetchAll(

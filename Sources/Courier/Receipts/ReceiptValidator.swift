@@ -22,15 +22,18 @@ public struct ReceiptValidator: Sendable {
         transport: any HTTPTransport,
         logger: Logger
     ) throws {
-        let roots = try TrustRoots.load(
-            configuration.trustRoots.map { URL(fileURLWithPath: $0, relativeTo: baseDirectory).standardizedFileURL })
+        self.init(
+            configuration: configuration,
+            verifier: try SignedTransactionVerifier(configuration: configuration, baseDirectory: baseDirectory),
+            transport: transport, logger: logger)
+    }
+
+    /// A validator over `verifier` (made from the same configuration: `CourierCore.receiptValidator`).
+    public init(
+        configuration: ReceiptConfiguration, verifier: SignedTransactionVerifier, transport: any HTTPTransport, logger: Logger
+    ) {
         self.configuration = configuration
-        self.verifier = SignedTransactionVerifier(
-            trustedRoots: roots,
-            bundleId: configuration.bundleId,
-            environments: configuration.environments,
-            clockSkew: configuration.clockSkew
-        )
+        self.verifier = verifier
         self.legacyClient = LegacyReceiptClient(transport: transport, configuration: configuration, logger: logger)
         self.logger = logger
     }

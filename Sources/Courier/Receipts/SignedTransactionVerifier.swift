@@ -36,6 +36,18 @@ public struct SignedTransactionVerifier: Sendable {
         self.clockSkew = clockSkew
     }
 
+    /// The verifier `configuration` describes: its trusted roots (loaded; a path relative to
+    /// `baseDirectory`, the configuration file's folder; one that cannot be read is a `usage`
+    /// error), bundle id, environments and clock skew. The one place a verifier is made from
+    /// configuration (`CourierCore.transactionVerifier`, `ReceiptValidator`).
+    public init(configuration: ReceiptConfiguration, baseDirectory: URL) throws {
+        let roots = try TrustRoots.load(
+            configuration.trustRoots.map { URL(fileURLWithPath: $0, relativeTo: baseDirectory).standardizedFileURL })
+        self.init(
+            trustedRoots: roots, bundleId: configuration.bundleId, environments: configuration.environments,
+            clockSkew: configuration.clockSkew)
+    }
+
     /// Verifies one compact JWS signed transaction and returns what it proves.
     /// Throws `CourierError(.receiptInvalid)` naming the failing `ReceiptCheck`.
     public func verify(_ compactJWS: String, now: Date = Date()) async throws -> VerifiedTransaction {

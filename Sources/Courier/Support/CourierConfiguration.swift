@@ -48,6 +48,16 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         placement.diskReserve = transfer.diskReserve
     }
 
+    /// The rules of the download lifecycle (`DownloadLifecycle.Policy`) these settings make: the
+    /// queue's stall timeout, and the one space formula with `transfer.diskReserve` and
+    /// `placement.unpackedSizeFactor`. Retries keep the policy's defaults (the agent's
+    /// `--retry-backoff` changes its first delay).
+    public var lifecycle: DownloadLifecycle.Policy {
+        DownloadLifecycle.Policy(
+            stallTimeout: queue.stallTimeout,
+            space: DownloadLifecycle.SpaceRule(reserve: transfer.diskReserve, unpackedSizeFactor: placement.unpackedSizeFactor))
+    }
+
     enum CodingKeys: String, CodingKey {
         case catalog, transfer, receipts, packages, placement, queue, prestage, serve
     }
