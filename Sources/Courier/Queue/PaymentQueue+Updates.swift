@@ -30,7 +30,7 @@ extension PaymentQueue {
             }
             if record.state == .active { return ((nil, false), []) }
             var machine = DownloadLifecycle(record: record)
-            _ = try machine.handle(.retarget)
+            let actions = try machine.handle(.retarget)
             record.url = content.url
             record.sha256 = content.sha256.lowercased()
             record.length = content.length
@@ -47,8 +47,8 @@ extension PaymentQueue {
             try QueueStore.updateState(db, download: record)
             // The old package's partial data is worthless now. A stale lease goes with it; a
             // live one (a process between its claim and its work) drops the data itself.
-            var removeFiles = true
-            if let lease = try LeaseManager.lease(db, downloadId: id), lease.owner.token != self.leases.owner.token {
+            var removeFiles = actions.contains(.removePartialData)
+            if removeFiles, let lease = try LeaseManager.lease(db, downloadId: id), lease.owner.token != self.leases.owner.token {
                 if lease.isStale(host: self.leases.owner.host) {
                     try QueueStore.deleteLease(db, downloadId: id)
                 } else {

@@ -41,8 +41,13 @@ public struct SignedTransactionVerifier: Sendable {
     /// error), bundle id, environments and clock skew. The one place a verifier is made from
     /// configuration (`CourierCore.transactionVerifier`, `ReceiptValidator`).
     public init(configuration: ReceiptConfiguration, baseDirectory: URL) throws {
+        // As `CourierConfiguration.resolvePath`: a relative path is under `baseDirectory` whether
+        // or not its URL ends in a slash.
         let roots = try TrustRoots.load(
-            configuration.trustRoots.map { URL(fileURLWithPath: $0, relativeTo: baseDirectory).standardizedFileURL })
+            configuration.trustRoots.map { path in
+                path.hasPrefix("/")
+                    ? URL(fileURLWithPath: path) : baseDirectory.appendingPathComponent(path).standardizedFileURL
+            })
         self.init(
             trustedRoots: roots, bundleId: configuration.bundleId, environments: configuration.environments,
             clockSkew: configuration.clockSkew)

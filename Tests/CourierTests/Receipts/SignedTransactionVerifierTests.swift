@@ -466,3 +466,28 @@ struct ReceiptValidatorFileTests {
         }
     }
 }
+
+@Suite("Signed transactions: the verifier of a configuration")
+struct VerifierFromConfigurationTests {
+    /// `CourierCore.transactionVerifier` (receipts, the origin's gate) and `ReceiptValidator`
+    /// build it here. A configuration folder given without a trailing slash once resolved
+    /// `receipts.trustRoots` against its parent (URL's `relativeTo:`), while `courier serve`
+    /// resolved them under it.
+    @Test("a relative trust root is read under the configuration's folder, with or without a trailing slash")
+    func relativeTrustRoot() throws {
+        let directory = try TemporaryDirectory(prefix: "courier-verifier")
+        defer { directory.remove() }
+        let folder = directory.url.appendingPathComponent("config")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let chain = try TestSigningChain()
+        try chain.writeRoot(to: folder.appendingPathComponent("root.pem"))
+        var configuration = ReceiptConfiguration()
+        configuration.trustRoots = ["root.pem"]
+        let withoutSlash = try #require(URL(string: "file://" + folder.path))
+        #expect(!withoutSlash.absoluteString.hasSuffix("/"))
+        for base in [URL(fileURLWithPath: folder.path + "/"), withoutSlash] {
+            let verifier = try SignedTransactionVerifier(configuration: configuration, baseDirectory: base)
+            #expect(verifier.trustedRoots.count == 1, "\(base)")
+        }
+    }
+}
