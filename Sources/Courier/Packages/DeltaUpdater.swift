@@ -68,8 +68,16 @@ public struct DeltaUpdater: Sendable {
         public var manifestURL: URL
         public var manifestSHA256: String
         public var manifestLength: Int64?
-        /// Header fields sent with every request (an origin's `Authorization`); never logged.
+        /// Header fields for the package's origin (its `Authorization`); never logged. They are
+        /// sent only to that origin (`CredentialScope`): a manifest on another host or port is
+        /// fetched without them.
         public var headers: [(String, String)]
+
+        /// The headers a request to `url` carries: `headers` when `url` is of the package's
+        /// origin, none otherwise.
+        func credentials(for url: URL) -> [(String, String)] {
+            CredentialScope.headers(headers, for: packageURL, sendingTo: url)
+        }
         /// Where fetched entries are kept between runs; see `workDirectory(in:…)`.
         public var workDirectory: URL
 
@@ -252,7 +260,9 @@ public struct DeltaUpdater: Sendable {
         let response: HTTPResponse
         do {
             response = try await http.send(
-                HTTPRequest(url: target.manifestURL, headers: target.headers, timeout: 60, maxResponseBytes: Int(max(cap, 0))))
+                HTTPRequest(
+                    url: target.manifestURL, headers: target.credentials(for: target.manifestURL), timeout: 60,
+                    maxResponseBytes: Int(max(cap, 0))))
         } catch let error as CourierError {
             if Task.isCancelled || error.code == .cancelled { throw CourierError(.paused, "the update was paused") }
             throw Fallback("the manifest could not be fetched", cause: error)
@@ -318,7 +328,8 @@ public struct DeltaUpdater: Sendable {
             do {
                 let before = result.bytes
                 answer = try await fetcher.fetch(
-                    target.packageURL, ranges: ranges, representationLength: target.packageLength, headers: target.headers
+                    target.packageURL, ranges: ranges, representationLength: target.packageLength,
+                    headers: target.credentials(for: target.packageURL)
                 ) { offset, bytes in
                     try assembler.write(offset: offset, bytes: bytes)
                     progress?(before + assembler.received)
