@@ -298,6 +298,20 @@ public struct DeltaUpdater: Sendable {
         var requests = 0
     }
 
+    /// Whether the package's origin answers a request for several ranges with a multipart 206,
+    /// asked with a HEAD carrying two of them: only a head crosses the network. An origin that
+    /// answers one range per request (`courier serve`; nginx with `max_ranges 1`, as
+    /// `courier origin nginx-config` prints it) answers a GET for several with 200 and the whole
+    /// package, and on a fast link megabytes of it are sent before the client can close the
+    /// connection. No answer, or any other, says one range per request: the safe way.
+    private func answersSeveralRanges(_ target: Target, ranges: [Range<Int64>]) async -> Bool {
+        let request = HTTPRequest(
+            method: "HEAD", url: target.packageURL,
+            headers: target.credentials(for: target.packageURL) + [("Range", RangeFetcher.rangeHeaderValue(ranges))], timeout: 60)
+        guard let response = try? await http.send(request), response.status == 206 else { return false }
+        return response.headers["content-type"]?.lowercased().hasPrefix("multipart/byteranges") == true
+    }
+
     /// Fetches and verifies `entries` into `store`.
     private func fetchEntries(
         _ entries: [DeltaPlan.Entry], target: Target, store: DeltaEntryStore, progress: (@Sendable (Int64) -> Void)?,
@@ -314,6 +328,13 @@ public struct DeltaUpdater: Sendable {
         defer { fetcher.shutdown() }
         var pending = entries
         var multipleRanges = true
+        let firstGroup = DeltaPlan.coalesce(
+            pending.map(\.range), gap: configuration.gapThreshold, maxRangesPerRequest: configuration.maxRangesPerRequest
+        ).first ?? []
+        if firstGroup.count > 1 {
+            multipleRanges = await answersSeveralRanges(target, ranges: Array(firstGroup.prefix(2)))
+            if !multipleRanges { logger.debug("the origin answers one range per request (HEAD probe)") }
+        }
         var failures = 0
         while !pending.isEmpty {
             if Task.isCancelled { throw CourierError(.paused, "the update was paused") }

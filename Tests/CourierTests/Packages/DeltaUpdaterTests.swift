@@ -249,8 +249,8 @@ struct DeltaUpdaterTests {
         let error = await #expect(throws: DeltaUpdater.Fallback.self) { _ = try await updater.update(target) }
         #expect(error?.reason.contains("Range") == true)
         #expect(try fixture.placer.content(Self.product)?.version == "1.0")
-        // One multi-range request answered 200, then one single-range request answered 200; each
-        // aborted at its first bytes, far from the whole package.
+        // The HEAD probe for several ranges answered 200 (one range per request, then), and one
+        // single-range request answered 200, aborted at its first bytes, far from the whole package.
         #expect(packageOrigin.requests.count == 2)
         #expect(packageOrigin.bodyBytesSent < Int(new.info.packedSize) / 2)
     }
