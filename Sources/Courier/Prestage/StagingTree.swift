@@ -44,9 +44,14 @@ public protocol StagingTree: Sendable {
     var workDirectory: URL { get }
     /// The bytes of a small published file (a package's manifest), or nil when there is none.
     func publishedFile(at path: String) throws -> Data?
+    /// Makes what `catalog` lists, and the catalog, readable by a web server where an earlier
+    /// run left them owner-only (`publishCatalog` does it for the catalog it publishes; a run
+    /// that publishes nothing calls this). The default does nothing.
+    func openToReaders(_ catalog: Catalog) throws
 }
 
 extension StagingTree {
+    public func openToReaders(_ catalog: Catalog) throws {}
     public func publishedFile(at path: String) throws -> Data? { nil }
     public func syncPublished() throws {}
     public func hasVerifiedPackage(at path: String, length: Int64, sha256: String) throws -> Bool {
@@ -201,14 +206,17 @@ public struct LocalStagingTree: StagingTree {
         try Durable.fsyncDirectory(root)
     }
 
-    /// Gives every file `catalog` lists under this tree (packages, manifests) that is still
-    /// owner-only the published modes, and its folder too: a tree an earlier Courier published
-    /// (folders 0700, files 0600, which nginx's workers cannot open) is served as documented after
-    /// the next run, with no `chmod` by hand. Only regular files and folders this user owns are
-    /// changed (never through a symbolic link); a mode that already lets others read is left as
-    /// it is. One `lstat` per listed file and folder.
-    func openToReaders(_ catalog: Catalog) throws {
+    /// Gives every file `catalog` lists under this tree (packages, manifests), their folders,
+    /// `DIR` and `catalog.json` that are owner-only the published modes: a tree an earlier
+    /// Courier published (folders 0700, files 0600, which nginx's workers cannot open) is served
+    /// as documented after the next run, with no `chmod` by hand. Only regular files and folders
+    /// this user owns with no bit for group or others are changed (never through a symbolic
+    /// link): a mode someone chose (0750 with the web server's group) is left as it is. One
+    /// `lstat` per listed file and folder.
+    public func openToReaders(_ catalog: Catalog) throws {
         let rootPath = root.path
+        try Self.widen(rootPath, to: Self.publishedFolderMode, kind: S_IFDIR)
+        try Self.widen(catalogFile.path, to: Self.publishedFileMode, kind: S_IFREG)
         var folders = Set<String>()
         for entry in catalog.allContent {
             for path in [entry.content.url] + (entry.content.manifest.map { [$0.url] } ?? []) {
@@ -224,12 +232,11 @@ public struct LocalStagingTree: StagingTree {
     }
 
     /// Sets `mode` on `path` when it is a `kind` (lstat: a symbolic link is never followed) this
-    /// user owns whose mode does not include `mode`'s read bits for others.
+    /// user owns with no permission bit for group or others.
     private static func widen(_ path: String, to mode: mode_t, kind: mode_t) throws {
         var status = stat()
-        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == kind, status.st_uid == geteuid() else { return }
-        let readable: mode_t = kind == S_IFDIR ? 0o005 : 0o004
-        guard status.st_mode & readable != readable else { return }
+        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == kind, status.st_uid == geteuid(), status.st_mode & 0o077 == 0
+        else { return }
         guard chmod(path, mode) == 0 else { throw CourierError.posix("chmod", path: path) }
     }
 

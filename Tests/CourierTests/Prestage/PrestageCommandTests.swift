@@ -141,9 +141,8 @@ struct PrestageCommandTests {
 
         // A tree an earlier Courier published owner-only (which nginx's workers cannot read):
         // the next run, with nothing new to fetch, opens what the catalog lists as above.
-        let published = [root + "/" + content.url, root + "/" + manifest.url]
-        for file in published { chmod(file, 0o600) }
-        chmod(root + "/packages/com.example.pack1", 0o700)
+        for file in [root + "/catalog.json", root + "/" + content.url, root + "/" + manifest.url] { chmod(file, 0o600) }
+        for folder in [root, root + "/packages/com.example.pack1"] { chmod(folder, 0o700) }
         let again = try CourierBinary.run(["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", dest.path])
         #expect(again.status == 0, "\(again.stderr)")
         for (path, bits) in expected {
