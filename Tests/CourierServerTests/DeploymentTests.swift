@@ -201,7 +201,11 @@ struct DeploymentTests {
         #expect(Self.mode(staged + "/.prestage") == 0o700)
         let gateStorage = stack.deploy.appending("gate-storage").path
         #expect(Self.mode(gateStorage) == 0o700)
-        #expect(Self.mode(gateStorage + "/state.sqlite") & 0o077 == 0)
+        let stored = FileManager.default.enumerator(atPath: gateStorage)?.allObjects.compactMap { $0 as? String } ?? []
+        #expect(stored.contains("origin.sqlite"), "\(stored)")
+        for name in stored {
+            #expect(Self.mode(gateStorage + "/" + name) & 0o077 == 0, "the gate's \(name) is open to others")
+        }
     }
 
     /// Bytes nginx sent after the first `skip` lines of its access log (combined format:
