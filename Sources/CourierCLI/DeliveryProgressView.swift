@@ -86,6 +86,22 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         }
     }
 
+    /// An update fetches its whole package rather than its changed entries: one note line on
+    /// standard error without --verbose (the bytes it costs are worth knowing), a `wholePackage`
+    /// event with --json.
+    func paymentQueue(_ queue: PaymentQueue, download: DownloadRecord, fetchesWholePackageBecause reason: String) {
+        if output.json {
+            output.emit([
+                "event": "wholePackage", "downloadId": download.id, "contentIdentifier": download.contentIdentifier,
+                "contentLength": download.length, "reason": reason,
+            ])
+        } else {
+            output.info(
+                "courier: \(download.contentIdentifier): downloading the whole package (\(QueueFormat.bytes(download.length))) "
+                    + "instead of the changed files: \(reason)")
+        }
+    }
+
     private func emit(_ transactions: [TransactionRecord]) {
         guard output.json else { return }
         for record in transactions {

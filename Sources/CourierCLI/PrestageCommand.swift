@@ -18,6 +18,13 @@ struct PrestageCommand: AsyncParsableCommand {
             run with nothing new fetches nothing. One package's failure does not stop the others; \
             the run ends with a summary and exit 1 naming the failures; SIGINT pauses (exit 7).
 
+            What is published (DEST, packages/, catalog.json, packages, manifests) is readable by \
+            a web server's worker (folders 0755, files 0644, each given its mode before it is \
+            published), so nginx running as www-data can serve it; who may have a package is the \
+            gate's decision, by path. DEST/.prestage (partial downloads, journals) stays \
+            owner-only. Folders above DEST must be traversable by the web server's user \
+            (docs/origin.md, "File modes").
+
             With --queue postgresql://USER@HOST:PORT/DB (or prestage.queue in the configuration) \
             the same command on any number of machines shares one run: the process holding the \
             run's advisory lock plans it, every process claims and stages packages with leases, \

@@ -13,9 +13,10 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Serve staged content packages and the catalog, gated by signed transactions.",
         discussion: """
             Serves GET and HEAD with single byte ranges, strong ETags, If-Range and 416 for the \
-            packages the catalog lists, the catalog itself at /catalog.json (ETag, 304) and \
-            /health. A package needs `Authorization: Bearer <signed transaction>` whose purchase \
-            entitles to it: 401 without a valid one, 403 when it does not entitle or was refunded. \
+            packages the catalog lists and the manifests it names for them (delta updates), the \
+            catalog itself at /catalog.json (ETag, 304) and /health. A package, or its manifest, \
+            needs `Authorization: Bearer <signed transaction>` whose purchase entitles to the \
+            package: 401 without a valid one, 403 when it does not entitle or was refunded. \
             With the receipt gate it takes App Store Server Notifications V2 at POST /notifications \
             (REFUND and REVOKE revoke a transaction, REFUND_REVERSED reinstates it), recorded in \
             <storage>/origin.sqlite. Prints the bound port (a `listening` event with --json); \

@@ -205,7 +205,7 @@ public struct NginxGateConfiguration: Sendable, Equatable {
                     add_header Cache-Control no-cache;
                 }
 
-                # Everything else (packages) is served only if a gate says 204.
+                # Everything else (packages, their manifests) is served only if a gate says 204.
                 location / {
                     auth_request /authorize;
                 }

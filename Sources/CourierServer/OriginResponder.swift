@@ -126,7 +126,8 @@ struct OriginResponder: HTTPResponder {
             accessLog.error("a package the catalog lists is missing", metadata: ["file": "\(filePath)"])
             return Self.error(.notFound, code: "notFound", "\(path) is listed but not staged")
         }
-        return fileResponse(file, request: request, context: context, contentType: "application/zip")
+        let contentType = served.kind == .manifest ? "application/json" : "application/zip"
+        return fileResponse(file, request: request, context: context, contentType: contentType)
     }
 
     /// Asks the gate for its decision and how long it holds, timing and counting it.

@@ -3,11 +3,21 @@ import Crypto
 import Foundation
 import Synchronization
 
-/// One package the catalog lists and the origin serves: the request path it answers to, the
-/// file under the content folder, and whose content it is.
+/// One package the catalog lists and the origin serves (or the manifest the catalog names beside
+/// it): the request path it answers to, the file under the content folder, and whose content it
+/// is. A manifest is gated exactly like its package: the same content identifier decides.
 public struct ServedContent: Sendable, Equatable {
+    /// What the path serves.
+    public enum Kind: Sendable, Equatable {
+        /// The content's package (a zip).
+        case package
+        /// The package's per-entry manifest (`Catalog.Content.manifest`, JSON), for delta updates.
+        case manifest
+    }
+
     /// The decoded request path, e.g. `/packages/com.example.pack1/<sha256>.zip`.
     public var path: String
+    public var kind: Kind
     /// The folder name a client places it under: the product id, or `<productId>.<itemId>`.
     public var contentIdentifier: String
     public var productId: String
@@ -15,8 +25,11 @@ public struct ServedContent: Sendable, Equatable {
     public var itemId: String?
     public var content: Catalog.Content
 
-    public init(path: String, contentIdentifier: String, productId: String, itemId: String? = nil, content: Catalog.Content) {
+    public init(
+        path: String, kind: Kind = .package, contentIdentifier: String, productId: String, itemId: String? = nil, content: Catalog.Content
+    ) {
         self.path = path
+        self.kind = kind
         self.contentIdentifier = contentIdentifier
         self.productId = productId
         self.itemId = itemId
@@ -32,21 +45,34 @@ public struct PublishedCatalog: Sendable {
     /// `"<sha256 of the bytes>"`: strong, and equal on every origin serving the same catalog.
     public let etag: String
     public let catalog: Catalog
-    /// Decoded request path to the package it names. Absolute URLs elsewhere are not indexed.
+    /// Decoded request path to the package, or package manifest, it names. Absolute URLs
+    /// elsewhere are not indexed.
     public let index: [String: ServedContent]
 
-    /// Decodes `data` and indexes its relative package URLs against `/catalog.json`.
+    /// Decodes `data` and indexes its relative package URLs, and the manifests it names beside
+    /// them, against `/catalog.json`. A path that is both a package and a manifest stays the
+    /// package's.
     public init(data: Data) throws {
         self.data = data
         self.etag = "\"" + SHA256.hash(data: data).hex + "\""
         self.catalog = try Catalog.decode(data)
         var index: [String: ServedContent] = [:]
         let base = URL(string: "http://origin.invalid/catalog.json")
+        func path(_ reference: String) -> String? {
+            guard let url = Catalog.resolve(reference, relativeTo: base), url.host == "origin.invalid" else { return nil }
+            return url.path
+        }
         for entry in catalog.allContent {
-            guard let url = Catalog.resolve(entry.content.url, relativeTo: base), url.host == "origin.invalid" else { continue }
-            index[url.path] = ServedContent(
-                path: url.path, contentIdentifier: entry.contentIdentifier, productId: entry.productId, itemId: entry.itemId,
+            guard let packagePath = path(entry.content.url) else { continue }
+            index[packagePath] = ServedContent(
+                path: packagePath, contentIdentifier: entry.contentIdentifier, productId: entry.productId, itemId: entry.itemId,
                 content: entry.content)
+        }
+        for entry in catalog.allContent {
+            guard let manifest = entry.content.manifest, let manifestPath = path(manifest.url), index[manifestPath] == nil else { continue }
+            index[manifestPath] = ServedContent(
+                path: manifestPath, kind: .manifest, contentIdentifier: entry.contentIdentifier, productId: entry.productId,
+                itemId: entry.itemId, content: entry.content)
         }
         self.index = index
     }

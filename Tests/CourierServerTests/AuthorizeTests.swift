@@ -70,6 +70,54 @@ struct AuthorizeTests {
         try await origin.stop()
     }
 
+    @Test("a package's manifest is gated as its package: GET 200 JSON, 401, 403; /authorize 204, 401, 403; unnamed ones 404")
+    func manifestGatedAsItsPackage() async throws {
+        var fixture = try ContentFixture()
+        defer { fixture.folder.remove() }
+        try fixture.addPackage(Self.pack, size: 5000)
+        try fixture.addPackage(Self.other, size: 5000)
+        let manifest = Data(#"{"format":1,"note":"a manifest's bytes, served as they are"}"#.utf8)
+        var products: [Catalog.Product] = []
+        for id in [Self.pack, Self.other] {
+            let path = "packages/\(id)/\(ContentFixture.digest).manifest.json"
+            try manifest.write(to: fixture.url.appendingPathComponent(path))
+            products.append(
+                Catalog.Product(
+                    productId: id,
+                    content: Catalog.Content(
+                        url: ContentFixture.path(id), sha256: ContentFixture.digest, length: 5000, version: "1.0", placement: .documents,
+                        manifest: Catalog.Manifest(url: path, sha256: String(repeating: "cd", count: 32), length: Int64(manifest.count)))))
+        }
+        // A manifest-shaped file the catalog does not name stays unserved.
+        try manifest.write(to: fixture.url.appendingPathComponent("packages/\(Self.pack)/unnamed.manifest.json"))
+        try Catalog(bundleId: "com.example.app", products: products).encoded().write(to: fixture.url.appendingPathComponent("catalog.json"))
+        let gate = ReceiptAccessGate(
+            verifier: TableVerifier(purchases: ["buyer": [Self.pack]]),
+            entitlements: { transactions, _, _ in Set(transactions.map(\.productId)) }
+        )
+        let origin = try await RunningOrigin.start(content: fixture.url, gate: gate)
+        let own = "/packages/\(Self.pack)/\(ContentFixture.digest).manifest.json"
+        let others = "/packages/\(Self.other)/\(ContentFixture.digest).manifest.json"
+
+        let served = try await CurlExchange.run(origin.url(String(own.dropFirst())), ["-H", "Authorization: Bearer buyer"])
+        #expect(served.status == 200)
+        #expect(served.body == manifest)
+        #expect(served.headers["content-type"] == "application/json")
+        let range = try await CurlExchange.run(origin.url(String(own.dropFirst())), ["-H", "Authorization: Bearer buyer", "-r", "0-9"])
+        #expect(range.status == 206)
+        #expect(range.body == manifest.prefix(10))
+        #expect(try await CurlExchange.run(origin.url(String(own.dropFirst())), []).status == 401)
+        #expect(try await CurlExchange.run(origin.url(String(others.dropFirst())), ["-H", "Authorization: Bearer buyer"]).status == 403)
+        let unnamed = "packages/\(Self.pack)/unnamed.manifest.json"
+        #expect(try await CurlExchange.run(origin.url(unnamed), ["-H", "Authorization: Bearer buyer"]).status == 404)
+
+        #expect(try await Self.ask(origin, own, token: "buyer").status == 204)
+        #expect(try await Self.ask(origin, own, token: nil).status == 401)
+        #expect(try await Self.ask(origin, others, token: "buyer").status == 403)
+        #expect(try await Self.ask(origin, "/" + unnamed, token: "buyer").status == 403)
+        try await origin.stop()
+    }
+
     @Test("/authorize follows a refund recorded by POST /notifications at once, with the token cached")
     func refundReachesAuthorize() async throws {
         let stack = try NotificationTests.Stack()

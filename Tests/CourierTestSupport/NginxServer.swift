@@ -36,13 +36,19 @@ public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable 
     /// `courier origin nginx-config --listen 127.0.0.1:PORT` printed); it must listen on
     /// 127.0.0.1:`port`. The main context (pid, logs, temp paths, one worker, access log) is
     /// this server's; `root` is what `url(_:)` serves, for the record.
-    public init(root: URL, httpConfiguration: (Int) throws -> String) throws {
+    ///
+    /// `workerUser`: the `user` its workers run as when started by root. nil: `root` (the tests'
+    /// trees are owner-only temporary folders); `"www-data"`: Debian's packaged default
+    /// (`/etc/nginx/nginx.conf`), for a test of the deployment as documented. Then the private
+    /// folder is 0711, so workers may reach the temp and cache folders nginx makes in it for them.
+    public init(root: URL, workerUser: String? = nil, httpConfiguration: (Int) throws -> String) throws {
         self.root = root
         var lastError: (any Error)?
         for _ in 0..<5 {
             let work = try TemporaryDirectory(prefix: "courier-nginx")
             let port = try Loopback.freePort()
-            let user = getuid() == 0 ? "user root;" : ""
+            let user = getuid() == 0 ? "user \(workerUser ?? "root");" : ""
+            if workerUser != nil { chmod(work.path, 0o711) }
             let config = """
                 \(user)
                 worker_processes 1;
@@ -84,6 +90,12 @@ public final class NginxServer: @unchecked Sendable {  // @unchecked: immutable 
             work.remove()
         }
         throw lastError ?? NSError(domain: "NginxServer", code: 1)
+    }
+
+    /// The users nginx's worker processes run as (`ps --ppid` of the master).
+    public func workerUsers() -> [String] {
+        let listing = (try? Shell.run("/bin/ps", ["--ppid", "\(process.processIdentifier)", "-o", "user="]).stdout) ?? ""
+        return listing.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
     /// nginx's error log so far (for a test's failure message).

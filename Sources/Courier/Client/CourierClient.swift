@@ -88,7 +88,9 @@ public final class CourierClient: Sendable {
             notifier: webhook,
             updater: DeltaContentUpdate(
                 updater: DeltaUpdater(placer: placer, transfer: configuration.transfer, http: engine.httpTransport, logger: logger),
-                credentials: TransferDownloadStage.bearerCredentials(from: queue), logger: logger),
+                credentials: TransferDownloadStage.bearerCredentials(from: queue),
+                fellBack: { [queue] download, fallback in queue.reportWholePackageUpdate(download, reason: fallback.description) },
+                logger: logger),
             logger: logger
         )
     }

@@ -5,7 +5,8 @@ import Logging
 /// entry names a manifest is brought in by its changed entries (`DeltaUpdater`); one without a
 /// manifest, or whose delta falls back (a mismatch, an origin without Range, …), answers nil so
 /// that the pipeline fetches and installs the whole package. The fallback's reason is logged
-/// at info level (`delta-fallback`).
+/// at info level (`delta-fallback`) and given to `fellBack` (the client tells the queue's
+/// observers: `courier update` says it on standard error).
 ///
 /// Content already at the update's package (a run killed after placing it) is answered as
 /// `WholePackageUpdate` does. Cancelling is a pause: verified entries stay in the update's work
@@ -14,15 +15,20 @@ public struct DeltaContentUpdate: ContentUpdating {
     public let updater: DeltaUpdater
     /// Per-download headers (a receipt-gated origin's `Authorization`); never logged.
     public let credentials: @Sendable (DownloadRecord) -> [(String, String)]
+    /// Called when an update whose catalog entry names a manifest falls back to the whole
+    /// package, with the reason (one line).
+    public let fellBack: @Sendable (DownloadRecord, DeltaUpdater.Fallback) -> Void
     let logger: Logger
 
     public init(
         updater: DeltaUpdater,
         credentials: @escaping @Sendable (DownloadRecord) -> [(String, String)] = { _ in [] },
+        fellBack: @escaping @Sendable (DownloadRecord, DeltaUpdater.Fallback) -> Void = { _, _ in },
         logger: Logger
     ) {
         self.updater = updater
         self.credentials = credentials
+        self.fellBack = fellBack
         self.logger = logger
     }
 
@@ -62,6 +68,7 @@ public struct DeltaContentUpdate: ContentUpdating {
             return outcome.content.url
         } catch let fallback as DeltaUpdater.Fallback {
             logger.info("delta update not possible: the whole package is fetched", metadata: ["delta-fallback": "\(fallback)"])
+            fellBack(download, fallback)
             return nil
         }
     }

@@ -68,8 +68,16 @@ public struct DeltaUpdater: Sendable {
         public var manifestURL: URL
         public var manifestSHA256: String
         public var manifestLength: Int64?
-        /// Header fields sent with every request (an origin's `Authorization`); never logged.
+        /// Header fields for the package's origin (its `Authorization`); never logged. They are
+        /// sent only to that origin (`CredentialScope`): a manifest on another host or port is
+        /// fetched without them.
         public var headers: [(String, String)]
+
+        /// The headers a request to `url` carries: `headers` when `url` is of the package's
+        /// origin, none otherwise.
+        func credentials(for url: URL) -> [(String, String)] {
+            CredentialScope.headers(headers, for: packageURL, sendingTo: url)
+        }
         /// Where fetched entries are kept between runs; see `workDirectory(in:…)`.
         public var workDirectory: URL
         /// Installed files (paths below the content folder) never used as a source, however
@@ -256,7 +264,9 @@ public struct DeltaUpdater: Sendable {
         let response: HTTPResponse
         do {
             response = try await http.send(
-                HTTPRequest(url: target.manifestURL, headers: target.headers, timeout: 60, maxResponseBytes: Int(max(cap, 0))))
+                HTTPRequest(
+                    url: target.manifestURL, headers: target.credentials(for: target.manifestURL), timeout: 60,
+                    maxResponseBytes: Int(max(cap, 0))))
         } catch let error as CourierError {
             if Task.isCancelled || error.code == .cancelled { throw CourierError(.paused, "the update was paused") }
             throw Fallback("the manifest could not be fetched", cause: error)
@@ -292,6 +302,20 @@ public struct DeltaUpdater: Sendable {
         var requests = 0
     }
 
+    /// Whether the package's origin answers a request for several ranges with a multipart 206,
+    /// asked with a HEAD carrying two of them: only a head crosses the network. An origin that
+    /// answers one range per request (`courier serve`; nginx with `max_ranges 1`, as
+    /// `courier origin nginx-config` prints it) answers a GET for several with 200 and the whole
+    /// package, and on a fast link megabytes of it are sent before the client can close the
+    /// connection. No answer, or any other, says one range per request: the safe way.
+    private func answersSeveralRanges(_ target: Target, ranges: [Range<Int64>]) async -> Bool {
+        let request = HTTPRequest(
+            method: "HEAD", url: target.packageURL,
+            headers: target.credentials(for: target.packageURL) + [("Range", RangeFetcher.rangeHeaderValue(ranges))], timeout: 60)
+        guard let response = try? await http.send(request), response.status == 206 else { return false }
+        return response.headers["content-type"]?.lowercased().hasPrefix("multipart/byteranges") == true
+    }
+
     /// Fetches and verifies `entries` into `store`.
     private func fetchEntries(
         _ entries: [DeltaPlan.Entry], target: Target, store: DeltaEntryStore, progress: (@Sendable (Int64) -> Void)?,
@@ -308,6 +332,13 @@ public struct DeltaUpdater: Sendable {
         defer { fetcher.shutdown() }
         var pending = entries
         var multipleRanges = true
+        let firstGroup = DeltaPlan.coalesce(
+            pending.map(\.range), gap: configuration.gapThreshold, maxRangesPerRequest: configuration.maxRangesPerRequest
+        ).first ?? []
+        if firstGroup.count > 1 {
+            multipleRanges = await answersSeveralRanges(target, ranges: Array(firstGroup.prefix(2)))
+            if !multipleRanges { logger.debug("the origin answers one range per request (HEAD probe)") }
+        }
         var failures = 0
         while !pending.isEmpty {
             if Task.isCancelled { throw CourierError(.paused, "the update was paused") }
@@ -322,7 +353,8 @@ public struct DeltaUpdater: Sendable {
             do {
                 let before = result.bytes
                 answer = try await fetcher.fetch(
-                    target.packageURL, ranges: ranges, representationLength: target.packageLength, headers: target.headers
+                    target.packageURL, ranges: ranges, representationLength: target.packageLength,
+                    headers: target.credentials(for: target.packageURL)
                 ) { offset, bytes in
                     try assembler.write(offset: offset, bytes: bytes)
                     progress?(before + assembler.received)

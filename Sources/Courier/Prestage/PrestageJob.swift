@@ -313,6 +313,9 @@ public struct PrestageJob: Sendable {
         if changed {
             try tree.publishCatalog(catalog)
             logger.debug("published the catalog", metadata: ["packages": "\(catalog.allContent.count)"])
+        } else {
+            // A tree an earlier Courier published owner-only is opened to the web server anyway.
+            try tree.openToReaders(catalog)
         }
         events(.published(packages: catalog.allContent.count, changed: changed))
         if !paused, changed {

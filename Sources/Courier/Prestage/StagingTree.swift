@@ -44,9 +44,14 @@ public protocol StagingTree: Sendable {
     var workDirectory: URL { get }
     /// The bytes of a small published file (a package's manifest), or nil when there is none.
     func publishedFile(at path: String) throws -> Data?
+    /// Makes what `catalog` lists, and the catalog, readable by a web server where an earlier
+    /// run left them owner-only (`publishCatalog` does it for the catalog it publishes; a run
+    /// that publishes nothing calls this). The default does nothing.
+    func openToReaders(_ catalog: Catalog) throws
 }
 
 extension StagingTree {
+    public func openToReaders(_ catalog: Catalog) throws {}
     public func publishedFile(at path: String) throws -> Data? { nil }
     public func syncPublished() throws {}
     public func hasVerifiedPackage(at path: String, length: Int64, sha256: String) throws -> Bool {
@@ -65,17 +70,58 @@ extension StagingTree {
 /// ```
 /// Nothing is fsynced per file: `syncPublished` flushes the tree's filesystem (`syncfs`) once,
 /// and `publishCatalog` does so before the catalog's own rename.
+///
+/// Modes (docs/origin.md, "File modes"): what is published is what a web server's worker (nginx's
+/// `www-data`) must read, whatever the umask: the folders `DIR` (when this creates it) and
+/// `packages/…` are `publishedFolderMode` (0755), the catalog, packages and manifests
+/// `publishedFileMode` (0644), each given its mode before its name is published (a package is
+/// renamed in from the owner-only work folder once its mode is set; the catalog's temporary file
+/// gets its mode before its first byte). Who may have a package is the gate's decision (nginx's
+/// `auth_request`), by path, not the file's mode. The work folder `.prestage/` (partial
+/// downloads, journals) stays owner-only (0700, its files 0600). Parents of `DIR` this creates
+/// are 0711: others may pass through, not list.
 public struct LocalStagingTree: StagingTree {
     public let root: URL
 
+    /// The mode of published folders (`DIR` when created here, `packages/`, `packages/<id>/`).
+    public static let publishedFolderMode: mode_t = 0o755
+    /// The mode of published files (catalog, packages, manifests).
+    public static let publishedFileMode: mode_t = 0o644
+    /// The mode of folders above `DIR` that this creates: traversable, not listable.
+    public static let parentFolderMode: mode_t = 0o711
+
     public init(root: URL) throws {
         self.root = root.standardizedFileURL
-        for folder in [self.root, workDirectory, self.root.appendingPathComponent("packages", isDirectory: true)] {
-            do {
-                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            } catch {
-                throw CourierError(.io, "cannot create \(folder.path)", cause: "\(error)")
+        let packages = self.root.appendingPathComponent("packages", isDirectory: true)
+        try Self.makeFolder(self.root.path, mode: Self.publishedFolderMode, parents: Self.parentFolderMode)
+        try Self.makeFolder(workDirectory.path, mode: 0o700, parents: Self.parentFolderMode, enforce: true)
+        try Self.makeFolder(packages.path, mode: Self.publishedFolderMode, parents: Self.parentFolderMode, enforce: true)
+    }
+
+    /// Creates the folder at `path` with exactly `mode` (not narrowed by the umask), and any
+    /// missing parent with `parents`. An existing folder keeps its mode, unless `enforce` (a
+    /// folder the tree owns: `packages/`, `.prestage/`, whose mode an older Courier or a umask
+    /// set otherwise). The umask can only narrow `mkdir`'s mode, so a folder is never wider
+    /// than `mode`, even before its `chmod`.
+    static func makeFolder(_ path: String, mode: mode_t, parents: mode_t, enforce: Bool = false) throws {
+        if mkdir(path, mode) == 0 {
+            guard chmod(path, mode) == 0 else { throw CourierError.posix("chmod", path: path) }
+            return
+        }
+        switch errno {
+        case EEXIST:
+            var status = stat()
+            guard stat(path, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else {
+                throw CourierError(.io, "cannot create \(path): something else is there")
             }
+            if enforce, status.st_mode & 0o7777 != mode, chmod(path, mode) != 0 { throw CourierError.posix("chmod", path: path) }
+        case ENOENT:
+            let parent = (path as NSString).deletingLastPathComponent
+            guard !parent.isEmpty, parent != path else { throw CourierError.posix("mkdir", path: path) }
+            try makeFolder(parent, mode: parents, parents: parents)
+            try makeFolder(path, mode: mode, parents: parents, enforce: enforce)
+        default:
+            throw CourierError.posix("mkdir", path: path)
         }
     }
 
@@ -109,7 +155,9 @@ public struct LocalStagingTree: StagingTree {
         Durable.matches(try resolve(path), length: length, sha256: sha256)
     }
 
-    /// Renames each file to its path (one `rename`, atomic for readers). Nothing is synced here.
+    /// Gives each file the published mode (0644; it is still in the owner-only work folder,
+    /// or owner-only where it is), then renames it to its path (one `rename`, atomic for
+    /// readers). Nothing is synced here.
     public func publishPackages(_ files: [(file: URL, path: String)]) throws {
         // Paths as strings, not URLs: two per package (a URL appended to, cut and turned back
         // into a path cost 1% of a prestage run).
@@ -120,20 +168,18 @@ public struct LocalStagingTree: StagingTree {
             let target = rootPath + "/" + path
             if let slash = target.utf8.lastIndex(of: UInt8(ascii: "/")) {
                 let folder = target[..<slash]
-                if folders.insert(folder).inserted { try Self.makeFolder(String(folder)) }
+                if folders.insert(folder).inserted { try Self.makePublishedFolder(String(folder)) }
             }
+            guard chmod(file.path, Self.publishedFileMode) == 0 else { throw CourierError.posix("chmod", path: file.path) }
             try Durable.rename(file.path, to: target)
         }
     }
 
-    /// Creates the folder at `path` (its parent exists in the common case: one `mkdir`, no stat).
-    private static func makeFolder(_ path: String) throws {
-        if mkdir(path, 0o755) == 0 || errno == EEXIST { return }
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        } catch {
-            throw CourierError(.io, "cannot create \(path)", cause: "\(error)")
-        }
+    /// Creates the published folder at `path` with mode 0755 (its parent exists in the common
+    /// case: one `mkdir` and one `chmod`), and gives an existing one that mode (a folder an
+    /// older Courier made owner-only).
+    private static func makePublishedFolder(_ path: String) throws {
+        try makeFolder(path, mode: publishedFolderMode, parents: publishedFolderMode, enforce: true)
     }
 
     /// One `syncfs` of the filesystem holding the tree (and of the one holding `packages/`, when
@@ -153,10 +199,45 @@ public struct LocalStagingTree: StagingTree {
         let temporary = root.appendingPathComponent(".catalog.json.\(getpid()).tmp")
         // The sync makes the packages, their folders and the new catalog's bytes durable at once;
         // only then does the name `catalog.json` point at it.
-        try Durable.write(data, to: temporary, sync: false)
+        try Durable.write(data, to: temporary, sync: false, mode: Self.publishedFileMode)
+        try openToReaders(catalog)
         try syncPublished()
         try Durable.rename(temporary, to: catalogFile)
         try Durable.fsyncDirectory(root)
+    }
+
+    /// Gives every file `catalog` lists under this tree (packages, manifests), their folders,
+    /// `DIR` and `catalog.json` that are owner-only the published modes: a tree an earlier
+    /// Courier published (folders 0700, files 0600, which nginx's workers cannot open) is served
+    /// as documented after the next run, with no `chmod` by hand. Only regular files and folders
+    /// this user owns with no bit for group or others are changed (never through a symbolic
+    /// link): a mode someone chose (0750 with the web server's group) is left as it is. One
+    /// `lstat` per listed file and folder.
+    public func openToReaders(_ catalog: Catalog) throws {
+        let rootPath = root.path
+        try Self.widen(rootPath, to: Self.publishedFolderMode, kind: S_IFDIR)
+        try Self.widen(catalogFile.path, to: Self.publishedFileMode, kind: S_IFREG)
+        var folders = Set<String>()
+        for entry in catalog.allContent {
+            for path in [entry.content.url] + (entry.content.manifest.map { [$0.url] } ?? []) {
+                guard !path.contains("://"), (try? Self.checkInside(path)) != nil else { continue }
+                let file = rootPath + "/" + path
+                try Self.widen(file, to: Self.publishedFileMode, kind: S_IFREG)
+                let folder = (file as NSString).deletingLastPathComponent
+                if folder.count > rootPath.count, folders.insert(folder).inserted {
+                    try Self.widen(folder, to: Self.publishedFolderMode, kind: S_IFDIR)
+                }
+            }
+        }
+    }
+
+    /// Sets `mode` on `path` when it is a `kind` (lstat: a symbolic link is never followed) this
+    /// user owns with no permission bit for group or others.
+    private static func widen(_ path: String, to mode: mode_t, kind: mode_t) throws {
+        var status = stat()
+        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == kind, status.st_uid == geteuid(), status.st_mode & 0o077 == 0
+        else { return }
+        guard chmod(path, mode) == 0 else { throw CourierError.posix("chmod", path: path) }
     }
 
     public func publishedFile(at path: String) throws -> Data? {
@@ -276,12 +357,14 @@ enum Durable {
         }
     }
 
-    /// Writes `data` to `file` (created or truncated, mode 0644) and fsyncs it, unless `sync` is
-    /// false (the caller syncs it later, e.g. by publishing it).
-    static func write(_ data: Data, to file: URL, sync: Bool = true) throws {
-        let fd = open(file.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    /// Writes `data` to `file` (created or truncated, mode 0644 narrowed by the umask) and fsyncs
+    /// it, unless `sync` is false (the caller syncs it later, e.g. by publishing it). With `mode`,
+    /// the file has exactly that mode, whatever the umask, before its first byte.
+    static func write(_ data: Data, to file: URL, sync: Bool = true, mode: mode_t? = nil) throws {
+        let fd = open(file.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode ?? 0o644)
         guard fd >= 0 else { throw CourierError.posix("open", path: file.path) }
         defer { close(fd) }
+        if let mode, fchmod(fd, mode) != 0 { throw CourierError.posix("fchmod", path: file.path) }
         try data.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {

@@ -69,6 +69,12 @@ public final class PaymentQueue: Sendable {
     /// arrive asynchronously): what a caller prints after its work ends then comes last.
     public func observersCaughtUp() async { await events.drain() }
 
+    /// Tells observers that the update `download` fetches the whole package instead of its
+    /// changed entries, and why (`PaymentQueueObserver.paymentQueue(_:download:fetchesWholePackageBecause:)`).
+    public func reportWholePackageUpdate(_ download: DownloadRecord, reason: String) {
+        events.notify { [self] observer in observer.paymentQueue(self, download: download, fetchesWholePackageBecause: reason) }
+    }
+
     /// The queue's events from now on, in commit order. Slow consumers lose the oldest events
     /// beyond 4,096 buffered; the store always has the current state.
     public func eventStream() -> AsyncStream<PaymentQueueEvent> { events.stream() }

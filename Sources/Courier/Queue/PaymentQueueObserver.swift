@@ -18,6 +18,10 @@ public protocol PaymentQueueObserver: AnyObject, Sendable {
     /// Changes of downloads another live process (`owner`) works, read from the store by a
     /// foreground run that follows it. Default: `updatedDownloads`.
     func paymentQueue(_ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord], workedBy owner: LeaseOwner)
+    /// An update of `download` could not go by changed entries (its manifest could not be
+    /// fetched or used, the origin answers no ranges, …) and fetches the whole package instead;
+    /// `reason` says why, in one line. Said by this process, before the whole download starts.
+    func paymentQueue(_ queue: PaymentQueue, download: DownloadRecord, fetchesWholePackageBecause reason: String)
 }
 
 extension PaymentQueueObserver {
@@ -27,6 +31,7 @@ extension PaymentQueueObserver {
     public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: PaymentQueue, productIds: [String]) {}
     public func paymentQueue(_ queue: PaymentQueue, restoreCompletedTransactionsFailedWithError error: CourierError) {}
     public func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner) {}
+    public func paymentQueue(_ queue: PaymentQueue, download: DownloadRecord, fetchesWholePackageBecause reason: String) {}
     public func paymentQueue(
         _ queue: PaymentQueue, updatedDownloads downloads: [DownloadRecord], workedBy owner: LeaseOwner
     ) {
@@ -99,6 +104,16 @@ final class PaymentQueueEvents: Sendable {
     /// Runs `call` on the observers' queue, after every observer call queued so far.
     func deliver(_ call: @escaping @Sendable () -> Void) {
         delivery.async(execute: call)
+    }
+
+    /// Calls `call` with each observer, on the observers' queue, after every call queued so far:
+    /// news that is no committed change (nothing for the event streams).
+    func notify(_ call: @escaping @Sendable (any PaymentQueueObserver) -> Void) {
+        let targets = subscribers.withLock { $0.observers.compactMap(\.observer) }
+        guard !targets.isEmpty else { return }
+        delivery.async {
+            for observer in targets { call(observer) }
+        }
     }
 
     /// Returns once every observer call queued so far has been made.

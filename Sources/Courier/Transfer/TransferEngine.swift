@@ -348,10 +348,8 @@ public final class TransferEngine: Sendable {
             let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
             var attemptRequest = request
             attemptRequest.url = sources[current]
-            if !Self.sameOrigin(request.url, sources[current]) {
-                // The caller's headers (a Bearer token for its origin) never go to another host.
-                attemptRequest.headers = []
-            }
+            // The caller's headers (a Bearer token for its origin) never go to another origin.
+            attemptRequest.headers = CredentialScope.headers(request.headers, for: request.url, sendingTo: sources[current])
             let job = DownloadAttemptJob(
                 request: attemptRequest,
                 journal: journal,
@@ -565,7 +563,7 @@ public final class TransferEngine: Sendable {
 
     /// Whether `a` and `b` have the same scheme, host and port.
     static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        a.scheme?.lowercased() == b.scheme?.lowercased() && a.host?.lowercased() == b.host?.lowercased() && a.port == b.port
+        CredentialScope.sameOrigin(a, b)
     }
 
     /// Whether a validator (ETag, Last-Modified) the server at `old` gave still applies at `new`:

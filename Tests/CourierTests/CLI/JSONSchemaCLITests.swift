@@ -14,6 +14,7 @@ struct JSONSchemaCLITests {
         "progress": ["bytesReceived", "rate"], "waitingForOwner": ["owners", "downloads"],
         "download": ["downloadId", "transactionId", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
         "update": ["downloadId", "contentIdentifier", "fromVersion", "toVersion", "contentLength", "url"],
+        "wholePackage": ["downloadId", "contentIdentifier", "contentLength", "reason"],
     ]
     /// Names of the same things that one vocabulary replaced (docs/json.md): never printed.
     static let retired: Set<String> = ["bytesPerSecond", "totalBytes", "contentURL", "delivered", "id"]

@@ -249,8 +249,8 @@ struct DeltaUpdaterTests {
         let error = await #expect(throws: DeltaUpdater.Fallback.self) { _ = try await updater.update(target) }
         #expect(error?.reason.contains("Range") == true)
         #expect(try fixture.placer.content(Self.product)?.version == "1.0")
-        // One multi-range request answered 200, then one single-range request answered 200; each
-        // aborted at its first bytes, far from the whole package.
+        // The HEAD probe for several ranges answered 200 (one range per request, then), and one
+        // single-range request answered 200, aborted at its first bytes, far from the whole package.
         #expect(packageOrigin.requests.count == 2)
         #expect(packageOrigin.bodyBytesSent < Int(new.info.packedSize) / 2)
     }
@@ -348,6 +348,57 @@ struct DeltaUpdaterTests {
         #expect(outcome.entriesResumed == 1)
         #expect(fixture.installed() == v2)
         #expect(!FileManager.default.fileExists(atPath: target.workDirectory.path))
+    }
+
+    @Test("the token goes with the manifest only to the package's origin: none to another port, the origin's own it gets")
+    func manifestTokenStaysWithItsOrigin() async throws {
+        try #require(NginxServer.isAvailable)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let v1 = fixture.files(count: 4, size: 16 << 10)
+        let v2 = fixture.files(count: 4, size: 16 << 10, changed: [1], seed: 4)
+        let old = try fixture.package("v1", version: "1.0", files: v1)
+        let new = try fixture.package("v2", version: "2.0", files: v2)
+        _ = try fixture.install(old.zip, version: "1.0")
+        let manifest = try Data(contentsOf: PackageManifest.url(besidePackage: new.zip))
+        // A second server on loopback, another port: it serves the manifest (and nothing else)
+        // and records every request's headers.
+        let other = try LoopbackHTTPServer { request, response in
+            if request.path == "/v2.manifest.json" {
+                response.send(200, headers: [("Content-Type", "application/json")], body: manifest)
+            } else {
+                response.send(404)
+            }
+        }
+        defer { other.stop() }
+        let nginx = try NginxServer(root: fixture.site)
+        defer { nginx.stop() }
+        let (updater, http) = try fixture.updater()
+        defer { http.shutdown() }
+        let token = "Bearer header.payload.signature"
+
+        // The package on nginx, its manifest on the other port: the manifest goes without the token.
+        var target = try fixture.target(base: nginx.url, name: "v2", version: "2.0", info: new.info)
+        target.manifestURL = other.url("v2.manifest.json")
+        target.headers = [("Authorization", token)]
+        let outcome = try await updater.update(target)
+        #expect(outcome.content.version == "2.0")
+        #expect(fixture.installed() == v2)
+        let asked = other.receivedRequests
+        #expect(asked.map(\.path) == ["/v2.manifest.json"])
+        #expect(asked.allSatisfy { $0.headers["authorization"] == nil }, "\(asked.map(\.rawHead))")
+
+        // The package and its manifest on the same origin (the other server, which has no
+        // package: the update falls back): the manifest request carries the token.
+        _ = try fixture.placer.install(
+            package: old.zip, contentIdentifier: Self.product, productId: Self.product, version: "1.0", placement: .documents,
+            force: true)
+        var same = try fixture.target(base: other.url, name: "v2", version: "2.0", info: new.info)
+        same.headers = [("Authorization", token)]
+        await #expect(throws: DeltaUpdater.Fallback.self) { _ = try await updater.update(same) }
+        let manifestRequests = other.receivedRequests.dropFirst(asked.count).filter { $0.path == "/v2.manifest.json" }
+        #expect(manifestRequests.count == 1)
+        #expect(manifestRequests.allSatisfy { $0.headers["authorization"] == token })
     }
 
     @Test("neighbouring ranges coalesce under the gap threshold; requests hold at most the limit")

@@ -105,6 +105,51 @@ struct PrestageCommandTests {
         #expect(try Data(contentsOf: dest.appending("catalog.json")) == catalogBefore)
     }
 
+    @Test("the published tree is readable by a web server's worker (0755/0644), the work folder owner-only, whatever the umask")
+    func publishedModes() throws {
+        var upstream = try UpstreamFixture()
+        defer { upstream.root.remove() }
+        try upstream.addProduct("com.example.pack1")
+        try upstream.writeCatalog()
+        let nginx = try NginxServer(root: upstream.root.url)
+        defer { nginx.stop() }
+        let scratch = try TemporaryDirectory(prefix: "courier-stage")
+        defer { scratch.remove() }
+        // `--dest` below a folder that does not exist yet, as /srv/courier/staged on a fresh machine.
+        let dest = scratch.appending("srv/staged")
+        let result = try CourierBinary.run(["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", dest.path])
+        #expect(result.status == 0, "\(result.stderr)")
+        func mode(_ path: String) -> Int {
+            ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? NSNumber)?.intValue ?? -1
+        }
+        let content = try #require(try Catalog.decode(Data(contentsOf: dest.appendingPathComponent("catalog.json"))).products.first?.content)
+        let manifest = try #require(content.manifest)
+        let root = dest.path
+        let expected: [(String, Int)] = [
+            (scratch.appending("srv").path, 0o711), (root, 0o755), (root + "/catalog.json", 0o644), (root + "/packages", 0o755),
+            (root + "/packages/com.example.pack1", 0o755), (root + "/" + content.url, 0o644), (root + "/" + manifest.url, 0o644),
+            (root + "/.prestage", 0o700),
+        ]
+        for (path, bits) in expected {
+            #expect(mode(path) == bits, "\(path) is \(String(mode(path), radix: 8)), not \(String(bits, radix: 8))")
+        }
+        // Nothing under the work folder is open to others.
+        let work = FileManager.default.enumerator(atPath: root + "/.prestage")
+        while let name = work?.nextObject() as? String {
+            #expect(mode(root + "/.prestage/" + name) & 0o077 == 0, "\(name)")
+        }
+
+        // A tree an earlier Courier published owner-only (which nginx's workers cannot read):
+        // the next run, with nothing new to fetch, opens what the catalog lists as above.
+        for file in [root + "/catalog.json", root + "/" + content.url, root + "/" + manifest.url] { chmod(file, 0o600) }
+        for folder in [root, root + "/packages/com.example.pack1"] { chmod(folder, 0o700) }
+        let again = try CourierBinary.run(["prestage", "--catalog", nginx.url("catalog.json").absoluteString, "--dest", dest.path])
+        #expect(again.status == 0, "\(again.stderr)")
+        for (path, bits) in expected {
+            #expect(mode(path) == bits, "after a rerun, \(path) is \(String(mode(path), radix: 8)), not \(String(bits, radix: 8))")
+        }
+    }
+
     @Test("one package's failure does not stop the others: exit 1 naming each failure, the rest published")
     func failuresAreIsolated() throws {
         var upstream = try UpstreamFixture()
