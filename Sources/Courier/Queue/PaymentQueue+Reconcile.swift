@@ -191,7 +191,7 @@ extension PaymentQueue {
         record.updatedAt = now
         try QueueStore.retarget(db, download: record)
         if wait {
-            var machine = DownloadStateMachine(record: record)
+            var machine = DownloadLifecycle(record: record)
             _ = try machine.handle(.retarget)
             record.apply(machine, at: now)
             try QueueStore.updateState(db, download: record)
