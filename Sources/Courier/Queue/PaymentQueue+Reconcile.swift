@@ -43,9 +43,11 @@ extension PaymentQueue {
     @discardableResult
     public func reconcile(_ content: [QueuedContent], redeliverMissing: Bool) throws -> Reconciliation {
         guard !content.isEmpty else { return Reconciliation() }
-        let (result, dropped) = try commit { db -> ((Reconciliation, [String]), [PaymentQueueEvent]) in
+        // Partial data is dropped inside the database transaction, before the download waits
+        // again: a worker can claim it only after the commit, so it never starts writing a
+        // partial file that is then removed under it.
+        return try commit { db -> (Reconciliation, [PaymentQueueEvent]) in
             var result = Reconciliation()
-            var dropped: [String] = []
             let now = Date()
             for item in content {
                 guard let transaction = try QueueStore.fetchTransaction(db, id: item.transactionId),
@@ -71,12 +73,12 @@ extension PaymentQueue {
                 case .finished:
                     guard redeliverMissing, try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
                     record = try self.retarget(db, record, to: item, updateFrom: nil, wait: true, now: now)
-                    dropped.append(id)
+                    self.removePartialData(id)
                     result.redelivered.append(record)
                 case .cancelled where redeliverMissing && transaction.state == .finished:
                     guard try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
                     record = try self.retarget(db, record, to: item, updateFrom: nil, wait: true, now: now)
-                    dropped.append(id)
+                    self.removePartialData(id)
                     result.redelivered.append(record)
                 case .waiting, .paused, .failed, .cancelled:
                     if samePackage {
@@ -107,16 +109,14 @@ extension PaymentQueue {
                         guard !record.isUpdate else { continue }
                         record = try self.retarget(
                             db, record, to: item, updateFrom: nil, wait: record.state != .cancelled, now: now)
-                        dropped.append(id)
+                        self.removePartialData(id)
                         result.retargeted.append(record)
                     }
                 }
             }
             let changed = result.relocated + result.retargeted + result.redelivered
-            return ((result, dropped), changed.isEmpty ? [] : [.updatedDownloads(changed)])
+            return (result, changed.isEmpty ? [] : [.updatedDownloads(changed)])
         }
-        for id in dropped { removePartialData(id) }
-        return result
     }
 
     /// The finished download that last placed `contentIdentifier` (the package it came from:
@@ -164,15 +164,16 @@ extension PaymentQueue {
                 contentIdentifier: record.contentIdentifier, productId: record.productId, transactionId: record.transactionId,
                 url: record.url, sha256: record.sha256, length: record.length, version: record.version, placement: record.placement,
                 unpackedLength: record.unpackedLength, mirrors: record.mirrors, manifest: record.manifest)
+            // Before it waits again (see `reconcile`): no worker can have claimed it yet.
+            self.removePartialData(downloadId)
             let waiting = try self.retarget(db, record, to: content, updateFrom: nil, wait: true, now: Date())
             return (waiting, [.updatedDownloads([waiting])])
         }
-        removePartialData(downloadId)
         return record
     }
 
     /// Points `record` at `content` in the caller's transaction: the catalog's fields, no partial
-    /// data or journal (the caller removes the files after the commit), and, when `wait`, waiting
+    /// data or journal (the caller removes the files in the same commit), and, when `wait`, waiting
     /// for a worker (the state machine's `retarget`). Returns the record as stored.
     private func retarget(
         _ db: Database, _ record: DownloadRecord, to content: QueuedContent, updateFrom: String?, wait: Bool, now: Date

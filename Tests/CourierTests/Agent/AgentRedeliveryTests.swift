@@ -26,14 +26,20 @@ struct AgentRedeliveryTests {
         let folder = storage.appendingPathComponent("Documents/\(product)")
         try FileManager.default.removeItem(at: folder)
         let back = waitUntil(60) { shop.isPlaced(product, storage: storage) && shop.allFinished(storage: storage, count: 1) }
-        #expect(back, "the agent did not deliver the vanished content again")
+        let entries = (try? shop.entries(storage: storage)).map { "\($0)" } ?? ""
+        #expect(back, "the agent did not deliver the vanished content again: \(entries)\n\(Self.logs(shop))")
         let transaction = try #require(try queue.transaction(transactionId))
         #expect(transaction.state == .finished)
         #expect(transaction.finishedAt == finishedAt)
         _ = stopProcess(agent)
-        let logs = try FileManager.default.contentsOfDirectory(atPath: shop.directory.path).filter { $0.hasPrefix("agent-") }
-        let log = try logs.map { try String(contentsOf: shop.directory.appending($0), encoding: .utf8) }.joined()
+        let log = Self.logs(shop)
         #expect(log.components(separatedBy: "transaction finished").count - 1 == 1, "\(log)")
         #expect(log.contains("content folder gone: delivering it again"), "\(log)")
+    }
+
+    /// What the agents of `shop` logged so far.
+    static func logs(_ shop: AgentShop) -> String {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: shop.directory.path)) ?? []).filter { $0.hasPrefix("agent-") }
+        return names.compactMap { try? String(contentsOf: shop.directory.appending($0), encoding: .utf8) }.joined()
     }
 }
