@@ -119,7 +119,10 @@ struct PostgresStoredPlanTests {
 
         let again = try CourierBinary.run(arguments + (selection.map { ["--product", $0.sorted()[0]] } ?? []))
         #expect(again.status == 6, "exit \(again.status): \(again.stderr)")
-        #expect(again.stderr.contains("the recorded pre-staging plan is not valid"), "\(again.stderr)")
+        // With --json the error is a JSON event on stdout; the message is the same.
+        let output = again.stderr + again.stdout
+        // "a recorded pre-staging task is not valid: …" or "the recorded pre-staging plan is not valid: …"
+        #expect(output.contains("recorded pre-staging") && output.contains("is not valid"), "\(output)")
         // Nothing written outside --dest, nothing fetched, the catalog as it was.
         #expect(Self.files(under: scratch.url, named: "x-", excluding: dest).isEmpty)
         #expect(Self.files(under: dest, named: "prestage-..", excluding: scratch.appending("none")).isEmpty)
