@@ -41,7 +41,8 @@ extension OriginStateStore: RefundStore {}
 /// FULL so a recorded notification is on disk before the origin answers 200).
 ///
 /// The set of revoked transaction ids is also held in memory (loaded at open, updated after each
-/// commit) so the gate asks no database on a download. Several gates may share the file (one storage root); its tables are created once.
+/// commit) so the gate asks no database on a download. Several gates may share the file (one
+/// storage root); its tables are created once (`SchemaMigrations`).
 public final class OriginStateStore: Sendable {
     public let url: URL
     let queue: DatabaseQueue

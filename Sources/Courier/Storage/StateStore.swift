@@ -2,7 +2,8 @@ import Foundation
 import GRDB
 
 /// The state database (`Storage/state.sqlite`): SQLite in WAL mode through GRDB, owner-only,
-/// with versioned migrations, created or migrated once however many processes open it at once. Every state change is one database transaction.
+/// with versioned migrations, created or migrated once however many processes open it at once
+/// (`SchemaMigrations`). Every state change is one database transaction.
 ///
 /// Each component registers its schema in `StateStore.migrations` (see `QueueSchema` and
 /// `ContentSchema`); migrations run in list order and each runs once.
