@@ -49,7 +49,7 @@ struct GetCommand: AsyncParsableCommand {
     @Option(help: "The expected length of the file in bytes.")
     var length: Int64?
 
-    @Option(name: [.short, .customLong("input-file")], help: "A file of URLs, one a line (multi-URL mode).")
+    @Option(name: [.short, .customLong("input-file")], help: "A file of URLs, one a line (multi-URL mode); - reads them from standard input.")
     var inputFile: String?
 
     @Option(name: [.customShort("d"), .customLong("dir")], help: "The folder for --input-file downloads.")
@@ -119,6 +119,13 @@ struct GetCommand: AsyncParsableCommand {
         }
     }
 
+    /// The URL `address` names; without a scheme (`host:8080/path`), http, as curl assumes.
+    static func url(_ address: String) -> URL? {
+        let spelled = address.contains("://") ? address : "http://" + address
+        guard let url = URL(string: spelled), url.scheme != nil else { return nil }
+        return url
+    }
+
     private func downloadOne(
         _ address: String,
         to path: String?,
@@ -126,7 +133,7 @@ struct GetCommand: AsyncParsableCommand {
         engine: TransferEngine,
         output: Output
     ) async throws {
-        guard let source = URL(string: address), source.scheme != nil else {
+        guard let source = Self.url(address) else {
             throw ValidationError("not a URL: \(address)")
         }
         if path == "-" {
@@ -206,7 +213,16 @@ struct GetCommand: AsyncParsableCommand {
         engine: TransferEngine,
         output: Output
     ) async throws {
-        let text = try CourierError.wrapping(.usage, "cannot read \(list)") { try String(contentsOfFile: list, encoding: .utf8) }
+        // `-i -`: the list comes on standard input, as with wget and aria2c.
+        let text = try CourierError.wrapping(.usage, "cannot read \(list == "-" ? "the list on standard input" : list)") {
+            if list == "-" {
+                guard let text = String(data: FileHandle.standardInput.readDataToEndOfFile(), encoding: .utf8) else {
+                    throw CourierError(.usage, "not UTF-8 text")
+                }
+                return text
+            }
+            return try String(contentsOfFile: list, encoding: .utf8)
+        }
         let folder = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
         // -d creates its folder, as aria2c's does (-o's missing folder needs --create-dirs, as curl's).
         try CourierError.wrapping(.io, "cannot create \(folder.path)") {
@@ -223,7 +239,7 @@ struct GetCommand: AsyncParsableCommand {
             let address = line.trimmingCharacters(in: .whitespaces)
             if address.isEmpty || address.hasPrefix("#") { continue }
             do {
-                guard let source = URL(string: address), let scheme = source.scheme?.lowercased(),
+                guard let source = Self.url(address), let scheme = source.scheme?.lowercased(),
                     scheme == "http" || scheme == "https", source.host?.isEmpty == false
                 else {
                     throw CourierError(.usage, "not an http(s) URL")

@@ -70,7 +70,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
         abstract: "Print a signed transaction for PRODUCT, signed by the sandbox chain.",
         discussion: """
             Dates are ISO 8601 (2026-02-20 or 2026-02-20T10:00:00Z), milliseconds since 1970, \
-            'now', or an offset from now such as -30d, +1h, +45m, +10s (write a negative offset as --revoked=-1h). An auto-renewable \
+            'now', or an offset from now such as -30d, +1h, +45m, +10s (a negative offset is written as is: --purchase-date -60d). An auto-renewable \
             subscription without --expires runs one month from its purchase date.
             """
     )
@@ -88,13 +88,15 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
     )
     var type: String = "non-consumable"
 
+    // `.unconditional`: a relative date is a value, not an option (`--purchase-date -60d`).
     @Option(
         name: .customLong("purchase-date"),
+        parsing: .unconditional,
         help: ArgumentHelp("When it was bought (default now).", valueName: "date")
     )
     var purchaseDate: String?
 
-    @Option(help: ArgumentHelp("When the subscription period ends.", valueName: "date"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("When the subscription period ends.", valueName: "date"))
     var expires: String?
 
     @Option(
@@ -111,7 +113,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
     )
     var bundleId: String?
 
-    @Option(help: ArgumentHelp("Mark it revoked (refunded) at this date.", valueName: "date"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Mark it revoked (refunded) at this date.", valueName: "date"))
     var revoked: String?
 
     @Option(

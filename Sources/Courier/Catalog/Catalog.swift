@@ -178,7 +178,8 @@ public struct Catalog: Sendable, Codable, Equatable {
 extension Catalog {
     /// Decodes a catalog document. Dates are ISO 8601: a date-time (`2026-02-01T00:00:00Z`, with
     /// or without fractional seconds) or a calendar date (`2026-02-01`, midnight UTC).
-    public static func decode(_ data: Data) throws -> Catalog {
+    /// `name` (a path or URL) names the catalog in the error when it is not valid.
+    public static func decode(_ data: Data, name: String? = nil) throws -> Catalog {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let container = try decoder.singleValueContainer()
@@ -191,7 +192,7 @@ extension Catalog {
             }
             return date
         }
-        let catalog = try CourierError.wrapping(.usage, "the catalog is not valid") { try decoder.decode(Catalog.self, from: data) }
+        let catalog = try CourierError.wrapping(.usage, "the catalog\(name.map { " " + $0 } ?? "") is not valid") { try decoder.decode(Catalog.self, from: data) }
         try catalog.checkContentIdentifiers()
         return catalog
     }

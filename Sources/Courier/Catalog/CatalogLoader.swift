@@ -75,7 +75,7 @@ public struct CatalogLoader: Sendable {
         }
         let file = URL(fileURLWithPath: path, relativeTo: base).standardizedFileURL
         let data = try CourierError.wrapping(.usage, "cannot read the catalog \(file.path)") { try Data(contentsOf: file) }
-        return LoadedCatalog(catalog: try Catalog.decode(data), url: file, source: .file)
+        return LoadedCatalog(catalog: try Catalog.decode(data, name: file.path), url: file, source: .file)
     }
 
     /// The cache entry for `url`: the body file and the validators file.
@@ -119,7 +119,7 @@ public struct CatalogLoader: Sendable {
             }
             return LoadedCatalog(catalog: cached.catalog, url: url, source: .notModified)
         case 200:
-            let catalog = try Catalog.decode(response.body)
+            let catalog = try Catalog.decode(response.body, name: url.absoluteString)
             if let files {
                 store(response, for: url, in: files)
             }

@@ -200,10 +200,29 @@ public struct LocalStagingTree: StagingTree {
         // The sync makes the packages, their folders and the new catalog's bytes durable at once;
         // only then does the name `catalog.json` point at it.
         try Durable.write(data, to: temporary, sync: false, mode: Self.publishedFileMode)
+        if (try? Data(contentsOf: catalogFile)) != data {
+            try Self.advanceModificationTime(of: temporary, past: catalogFile)
+        }
         try openToReaders(catalog)
         try syncPublished()
         try Durable.rename(temporary, to: catalogFile)
         try Durable.fsyncDirectory(root)
+    }
+
+    /// nginx's validators have a resolution of one second (ETag `"mtime-size"`, Last-Modified):
+    /// a new catalog as long as the one it replaces, published within the same second, would be
+    /// answered 304 to a client that holds the old one, and that client would never see the
+    /// update (seen in DeploymentTests: two prestage runs a second apart). A catalog that
+    /// changed gets a modification time at least a second past the current one's.
+    static func advanceModificationTime(of temporary: URL, past current: URL) throws {
+        var old = stat()
+        var new = stat()
+        guard stat(current.path, &old) == 0, stat(temporary.path, &new) == 0, new.st_mtim.tv_sec <= old.st_mtim.tv_sec
+        else { return }
+        var times = [timespec(tv_sec: 0, tv_nsec: Int(UTIME_OMIT)), timespec(tv_sec: old.st_mtim.tv_sec + 1, tv_nsec: 0)]
+        guard utimensat(AT_FDCWD, temporary.path, &times, 0) == 0 else {
+            throw CourierError(.io, "cannot set the modification time of \(temporary.path)", cause: String(cString: strerror(errno)))
+        }
     }
 
     /// Gives every file `catalog` lists under this tree (packages, manifests), their folders,

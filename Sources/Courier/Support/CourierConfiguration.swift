@@ -226,24 +226,8 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     /// A decoding error in one line: what is wrong and where (`transfer.maxRetries`), not
     /// Foundation's dump.
     private static func describe(_ error: any Error) -> String {
-        func path(_ keys: [any CodingKey]) -> String {
-            keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
-        }
         if let error = error as? CourierError { return error.message }
-        switch error as? DecodingError {
-        case .typeMismatch(let type, let context)?:
-            return "\(path(context.codingPath)): expected \(type)"
-        case .valueNotFound(let type, let context)?:
-            return "\(path(context.codingPath)): expected \(type), found null"
-        case .keyNotFound(let key, let context)?:
-            return "\(path(context.codingPath + [key])): missing"
-        case .dataCorrupted(let context)?:
-            let underlying = (context.underlyingError as NSError?)?.userInfo[NSDebugDescriptionErrorKey] as? String
-            let location = context.codingPath.isEmpty ? "" : path(context.codingPath) + ": "
-            return location + (underlying ?? context.debugDescription)
-        default:
-            return "\(error)"
-        }
+        return CourierError.plainDescription(of: error)
     }
 
     /// Resolves a path from this configuration against `baseDirectory`.

@@ -88,8 +88,46 @@ extension CourierError {
         do {
             return try body()
         } catch {
-            throw CourierError(code, message(), cause: "\(error)")
+            throw CourierError(code, message(), cause: plainDescription(of: error))
         }
+    }
+
+    /// `error` in one line for a user: the errno text of a file error ("No such file or
+    /// directory"), the key path and the reason of a JSON decoding error ("bundleId: expected
+    /// String", "Unexpected character 'j' around line 1, column 1."), never Foundation's
+    /// `Error Domain=NSCocoaErrorDomain Code=260 … UserInfo={…}` or `DecodingError.dataCorrupted
+    /// … Debug description` dumps.
+    public static func plainDescription(of error: any Error) -> String {
+        func path(_ keys: [any CodingKey]) -> String {
+            keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+        }
+        if let error = error as? CourierError { return error.message + (error.cause.map { " (\($0))" } ?? "") }
+        if let decoding = error as? DecodingError {
+            switch decoding {
+            case .typeMismatch(let type, let context):
+                return "\(path(context.codingPath)): expected \(type)"
+            case .valueNotFound(let type, let context):
+                return "\(path(context.codingPath)): expected \(type), found null"
+            case .keyNotFound(let key, let context):
+                return "\(path(context.codingPath + [key])): missing"
+            case .dataCorrupted(let context):
+                let underlying = (context.underlyingError as NSError?)?.userInfo[NSDebugDescriptionErrorKey] as? String
+                let location = context.codingPath.isEmpty ? "" : path(context.codingPath) + ": "
+                return location + (underlying.map { "not JSON: \($0)" } ?? context.debugDescription)
+            @unknown default:
+                return "\(decoding)"
+            }
+        }
+        let ns = error as NSError
+        if ns.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(truncatingIfNeeded: ns.code))) }
+        if ns.domain == NSCocoaErrorDomain {
+            if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+                return String(cString: strerror(Int32(truncatingIfNeeded: underlying.code)))
+            }
+            if let reason = ns.userInfo[NSDebugDescriptionErrorKey] as? String { return reason }
+            return ns.localizedDescription
+        }
+        return "\(error)"
     }
 
     /// An error from a failed system call, with the errno text as its cause.

@@ -3,6 +3,10 @@ import CourierTestSupport
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @Suite("Prestage: staging tree and plan")
 struct StagingTreeTests {
     static func content(_ name: String, sha: Character, length: Int64, version: String = "1.0") -> Catalog.Content {
@@ -81,6 +85,30 @@ struct StagingTreeTests {
         #expect(reads > 0)
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".tmp") }
         #expect(leftovers.isEmpty)
+    }
+
+    @Test("a changed catalog published within the same second gets a later modification time (nginx's ETag)")
+    func catalogValidatorsChange() throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let tree = try LocalStagingTree(root: folder.url)
+        // The same length, as a new version's catalog often is: nginx's ETag is "mtime-size".
+        let first = Self.upstream([("a", Self.content("a", sha: "1", length: 1, version: "1.0"))])
+        let second = Self.upstream([("a", Self.content("a", sha: "2", length: 1, version: "2.0"))])
+        func modified() throws -> Int {
+            var info = stat()
+            #expect(stat(tree.catalogFile.path, &info) == 0)
+            return info.st_mtim.tv_sec
+        }
+        try tree.publishCatalog(first)
+        let before = try modified()
+        try tree.publishCatalog(second)
+        let after = try modified()
+        #expect(try Data(contentsOf: tree.catalogFile).count == (try first.encoded()).count)
+        #expect(after > before, "the new catalog must not keep the old one's ETag and Last-Modified")
+        // The same catalog again changes nothing.
+        try tree.publishCatalog(second)
+        #expect(try modified() == after)
     }
 
     @Test("the plan fetches what is new or changed and nothing already staged")

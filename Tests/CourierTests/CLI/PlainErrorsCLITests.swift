@@ -1,0 +1,102 @@
+@testable import Courier
+import CourierTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 31, items 2 and 7: Foundation's internals never reach the user (one `courier:` line
+/// naming the file and the key or line at fault), and curl's and wget's habits work: a URL
+/// without a scheme, `-i -`, a relative date that starts with a minus.
+@Suite("Plain errors and curl habits (the built courier binary)")
+struct PlainErrorsCLITests {
+    private func environment(_ directory: TemporaryDirectory) -> [String: String] {
+        [
+            "HOME": directory.appending("home").path,
+            "XDG_DATA_HOME": directory.appending("data").path,
+            "XDG_CONFIG_HOME": directory.appending("config").path,
+            "COURIER_STORAGE": "", "COURIER_CONFIG": "", "COURIER_LOG": "", "COURIER_NO_AGENT": "1",
+        ]
+    }
+
+    /// Foundation's dumps, which must never be printed.
+    static let internals = ["NSCocoaErrorDomain", "Error Domain=", "UserInfo=", "DecodingError", "Debug description"]
+
+    @Test("a missing, a junk and a mistyped catalog each get one plain line naming the file and what is wrong")
+    func catalogErrors() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
+        let receipt = directory.appending("receipt.jws")
+        try Data(try sandbox.purchase(productId: "com.example.levels").utf8).write(to: receipt)
+        let junk = directory.appending("junk.json")
+        try Data("junk\n".utf8).write(to: junk)
+        let mistyped = directory.appending("mistyped.json")
+        try Data(#"{"bundleId": 3, "products": []}"#.utf8).write(to: mistyped)
+        let missing = directory.appending("nocat.json")
+        let cases: [(URL, [String])] = [
+            (missing, ["cannot read the catalog \(missing.path)", "No such file or directory"]),
+            (junk, ["the catalog \(junk.path) is not valid", "not JSON"]),
+            (mistyped, ["the catalog \(mistyped.path) is not valid", "bundleId: expected String"]),
+        ]
+        for (catalog, expected) in cases {
+            let result = try CourierBinary.run(
+                [
+                    "deliver", "--receipt", receipt.path, "--catalog", catalog.path, "--storage", directory.appending("Storage").path,
+                    "--trust-root", sandbox.rootCertificateDERFile.path, "--environment", "Sandbox",
+                ],
+                environment: environment(directory))
+            #expect(result.status == 2, "\(catalog.lastPathComponent): \(result.stderr)")
+            for text in expected { #expect(result.stderr.contains(text), "\(catalog.lastPathComponent): \(result.stderr)") }
+            for text in Self.internals { #expect(!result.stderr.contains(text), "\(catalog.lastPathComponent): \(result.stderr)") }
+            #expect(result.stderr.split(separator: "\n").allSatisfy { $0.hasPrefix("courier: ") }, "\(result.stderr)")
+        }
+    }
+
+    @Test("get: a URL without a scheme is http, -i - reads the list from standard input")
+    func curlHabits() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let served = directory.appending("www")
+        try FileManager.default.createDirectory(at: served, withIntermediateDirectories: true)
+        for name in ["a.bin", "b.bin"] {
+            try Data(String(repeating: name, count: 500).utf8).write(to: served.appendingPathComponent(name))
+        }
+        let nginx = try NginxServer(root: served)
+        defer { nginx.stop() }
+        let config = try TransferFixture.writeConfigFile(in: directory)
+
+        let bare = "127.0.0.1:\(nginx.port)/a.bin"
+        let target = directory.appending("bare.bin")
+        let get = try CourierBinary.run(["get", bare, "-o", target.path, "--config", config.path], environment: environment(directory))
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: target) == Data(contentsOf: served.appendingPathComponent("a.bin")))
+
+        let out = directory.appending("list")
+        let line = "printf '%s\\n%s\\n' '\(nginx.url("/a.bin").absoluteString)' '127.0.0.1:\(nginx.port)/b.bin' | "
+            + "COURIER_NO_AGENT=1 '\(CourierBinary.url.path)' get -i - -d '\(out.path)' --config '\(config.path)'"
+        let piped = try CourierBinary.runShell(line)
+        #expect(piped.status == 0, "\(piped.stderr)")
+        for name in ["a.bin", "b.bin"] {
+            #expect(try Data(contentsOf: out.appendingPathComponent(name)) == Data(contentsOf: served.appendingPathComponent(name)))
+        }
+        #expect(!piped.stderr.contains("NSCocoaErrorDomain"))
+    }
+
+    @Test("sandbox purchase takes --purchase-date -60d as written")
+    func negativeDateOffset() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let storage = directory.appending("Storage")
+        let initialized = try CourierBinary.run(["sandbox", "init", "--storage", storage.path], environment: environment(directory))
+        #expect(initialized.status == 0, "\(initialized.stderr)")
+        for arguments in [["--purchase-date", "-60d"], ["--purchase-date=-60d"], ["--revoked", "-1h"]] {
+            let result = try CourierBinary.run(
+                ["sandbox", "purchase", "com.example.levels", "--storage", storage.path] + arguments, environment: environment(directory))
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            #expect(result.stdout.split(separator: ".").count == 3, "a JWS: \(result.stdout)")
+        }
+    }
+}
