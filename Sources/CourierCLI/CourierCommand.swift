@@ -39,6 +39,7 @@ struct CourierCommand: AsyncParsableCommand {
             PrestageCommand.self,
             ServeCommand.self,
             OriginCommand.self,
+            TUFClientCommand.self,
         ]
     )
 

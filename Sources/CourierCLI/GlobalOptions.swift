@@ -70,9 +70,11 @@ struct GlobalOptions: ParsableArguments {
 
     /// The client core over this storage and configuration, `receiptOptions` applied over it.
     /// With `existingStore`, the store must exist (`update` has nothing to do in a new one).
-    func client(_ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false) throws -> CourierClient {
+    /// `catalogRoot` (`--catalog-root`) names the trusted root of the catalog's TUF repository.
+    func client(_ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, catalogRoot: String? = nil) throws -> CourierClient {
         var configuration = try loadConfiguration()
         receiptOptions?.apply(to: &configuration)
+        configuration.trustCatalogRoot(catalogRoot)
         return try CourierClient(
             configuration: configuration, layout: existingStore ? existingLayout() : layout, logger: logger("courier", default: .critical))
     }

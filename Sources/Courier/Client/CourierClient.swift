@@ -64,7 +64,8 @@ public final class CourierClient: Sendable {
         // A stale catalog served from the cache is worth a warning even when the log is quiet.
         var catalogLogger = logger
         catalogLogger.logLevel = min(logger.logLevel, .warning)
-        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
+        catalogLoader = CatalogLoader(
+            transport: engine.httpTransport, layout: layout, trust: configuration.resolvedCatalogTrust, logger: catalogLogger)
         let webhook = webhookURL.map { url in
             FinishWebhook(
                 url: url,
