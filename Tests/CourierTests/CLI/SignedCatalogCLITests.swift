@@ -22,6 +22,8 @@ struct SignedCatalogCLITests {
 
         init() throws {
             directory = try TemporaryDirectory(prefix: "courier-tufcli")
+            // A configuration of defaults only: nothing from the machine's own configuration.
+            try Data("{}".utf8).write(to: directory.appending("none.json"))
             let sandbox = try SandboxStore.create(at: directory.appending("sandbox"))
             www = directory.appending("www")
             try FileManager.default.createDirectory(at: www, withIntermediateDirectories: true)

@@ -51,8 +51,12 @@ struct TUFTestRepository {
         let target = TUFMetadataWriter.targetFile(path: path, data: data)
         targets.removeAll { $0.path == path }
         targets.append(target)
-        let name = consistentSnapshot ? "\(target.hashes.sha256!).\(path)" : path
-        try data.write(to: targetsFolder.appendingPathComponent(name))
+        // Hash-prefixed as the specification names it: `dir/<sha256>.file.txt`.
+        var parts = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        if consistentSnapshot, let last = parts.popLast() { parts.append("\(target.hashes.sha256!).\(last)") }
+        let file = targetsFolder.appendingPathComponent(parts.joined(separator: "/"))
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try data.write(to: file)
     }
 
     /// Publishes targets, snapshot and timestamp (new versions of each).
