@@ -18,6 +18,7 @@ esac
 WORK=$(mktemp -d /tmp/courier-bench-trust.XXXXXX)
 cleanup() { [ -n "${NGINX_PID:-}" ] && kill "$NGINX_PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
+echo "{}" >"$WORK/none.json"
 export COURIER_CONFIG="$WORK/none.json"
 
 "$BIN" sandbox init --storage "$WORK/publisher" >/dev/null
