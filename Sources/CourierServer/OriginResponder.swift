@@ -37,7 +37,7 @@ struct OriginResponder: HTTPResponder {
         metrics: OriginMetrics? = nil
     ) {
         self.configuration = configuration
-        self.catalogSource = CatalogSource(file: configuration.catalogFile)
+        self.catalogSource = CatalogSource(file: configuration.catalogFile, trustedRoot: configuration.trustedCatalogRoot)
         self.gate = gate
         self.notifications = notifications
         self.accessLog = accessLog
