@@ -58,8 +58,10 @@ public enum TUFPublisher {
                 signers[role] = try TUFKeyFile.generate(at: file)
             }
         }
-        let rootSigner = signers["root"]!
-        let online = TUFPublisherKeys(targets: signers["targets"]!, snapshot: signers["snapshot"]!, timestamp: signers["timestamp"]!)
+        guard let rootSigner = signers["root"], let targetsSigner = signers["targets"], let snapshotSigner = signers["snapshot"],
+            let timestampSigner = signers["timestamp"]
+        else { throw CourierError(.internal, "a top-level role has no key in \(keys.path)") }
+        let online = TUFPublisherKeys(targets: targetsSigner, snapshot: snapshotSigner, timestamp: timestampSigner)
         if !FileManager.default.fileExists(atPath: metadata.appendingPathComponent("1.root.json").path) {
             let root = TUFMetadataWriter.root(
                 version: 1, expires: now.addingTimeInterval(expiry.root), keys: signers.mapValues { [$0.publicKey] })
