@@ -63,6 +63,8 @@ let package = Package(
                 "CCRC32",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                // RSASSA-PSS and PKCS#1 v1.5 signatures of TUF metadata (Trust/TUFPublicKey.swift).
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "GRDB", package: "GRDB.swift"),

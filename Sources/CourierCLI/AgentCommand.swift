@@ -24,6 +24,13 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The catalog for enqueued receipts, a file or URL (default: the configured one).", valueName: "file|url"))
     var catalog: String?
 
+    @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is then accepted only through TUF (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (default: COURIER_LOG, else info).")
     var logLevel: String?
 
@@ -47,6 +54,7 @@ struct AgentCommand: AsyncParsableCommand {
             receiptOptions.apply(to: &configuration)
             // The agent's catalog: --catalog as given (a URL or a path from here), else the configured one.
             if let catalog { configuration.catalog = AgentRequest.absoluteCatalog(catalog) }
+            configuration.trustCatalogRoot(catalogRoot)
             if let webhook { configuration.queue.finishWebhook = webhook }
             var logger = global.logger("courier.agent", default: .info)
             if let level = logLevel.flatMap(Logger.Level.init(rawValue:)) { logger.logLevel = level }

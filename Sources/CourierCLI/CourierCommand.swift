@@ -42,6 +42,7 @@ struct CourierCommand: AsyncParsableCommand {
             PrestageCommand.self,
             ServeCommand.self,
             OriginCommand.self,
+            TUFClientCommand.self,
         ]
     )
 

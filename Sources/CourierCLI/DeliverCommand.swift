@@ -19,7 +19,7 @@ struct DeliverCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let client = try global.client(purchase.receiptOptions)
+            let client = try global.client(purchase.receiptOptions, catalogRoot: purchase.catalogRoot)
             defer { client.shutdown() }
             let plan = try await client.planDelivery(purchase.purchase())
             if let notInCatalog = plan.notInCatalog, !output.json { output.note("courier: \(notInCatalog.message)") }

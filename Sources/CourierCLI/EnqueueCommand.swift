@@ -14,12 +14,24 @@ struct EnqueueCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            _ = try global.loadConfiguration()  // a bad configuration is said (exit 2), agent or not
+            var configuration = try global.loadConfiguration()  // a bad configuration is said (exit 2), agent or not
             if let agent = global.agentControl() {  // hand the purchase to the running agent
+                // With --catalog-root, the catalog must pass TUF here before the agent (which
+                // checks it again with its own catalog.trustedRoot) is given the purchase.
+                if purchase.catalogRoot != nil {
+                    configuration.trustCatalogRoot(purchase.catalogRoot)
+                    let (location, base) = try configuration.catalogLocation(purchase.catalog, for: "look the purchase up in")
+                    let transport = try CurlHTTPTransport(configuration: configuration.transfer)
+                    defer { transport.shutdown() }
+                    _ = try await CatalogLoader(
+                        transport: transport, layout: global.layout, trust: configuration.resolvedCatalogTrust,
+                        logger: global.logger("courier", default: .warning)
+                    ).load(location, relativeTo: base)
+                }
                 try report(await agent.perform(.enqueue(purchase.purchase())), output: output, via: "the agent")
                 return
             }
-            let client = try global.client(purchase.receiptOptions)
+            let client = try global.client(purchase.receiptOptions, catalogRoot: purchase.catalogRoot)
             defer { client.shutdown() }
             try report(await client.control.perform(.enqueue(purchase.purchase())), output: output, via: nil)
         }

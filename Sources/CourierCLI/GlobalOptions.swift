@@ -73,9 +73,10 @@ struct GlobalOptions: ParsableArguments {
     /// `configuration`, `logger` and `options`: the agent's own.
     func client(
         _ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, configuration: CourierConfiguration? = nil,
-        logger: Logger? = nil, options: CourierClient.Options = .init()
+        logger: Logger? = nil, options: CourierClient.Options = .init(), catalogRoot: String? = nil
     ) throws -> CourierClient {
-        let core = try core(receiptOptions, existingStore: existingStore, configuration: configuration, logger: logger)
+        let core = try core(
+            receiptOptions, existingStore: existingStore, configuration: configuration, logger: logger, catalogRoot: catalogRoot)
         return try CourierClient(configuration: core.configuration, layout: core.layout, logger: core.logger, options: options)
     }
 
@@ -85,10 +86,12 @@ struct GlobalOptions: ParsableArguments {
     /// exist: reading never creates one. `logger`: else one at the level of `logLevel`, default critical.
     func core(
         _ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, configuration: CourierConfiguration? = nil,
-        logger: Logger? = nil
+        logger: Logger? = nil, catalogRoot: String? = nil
     ) throws -> CourierCore {
         var configuration = try configuration ?? loadConfiguration()
         receiptOptions?.apply(to: &configuration)
+        // `--catalog-root` names the trusted root of the catalog's TUF repository.
+        configuration.trustCatalogRoot(catalogRoot)
         return CourierCore(
             configuration: configuration, layout: existingStore ? try existingLayout() : layout,
             logger: logger ?? self.logger("courier", default: .critical))

@@ -21,6 +21,7 @@ struct ListCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             let entries = try await global.queueControl().perform(.list(includeFinished: all, stalledOnly: stalled)).entries
+            if let notice = CatalogTrustNotice.read(global.layout) { output.note("courier: \(notice)") }
             if output.json {
                 output.emit(encodable: QueueListing(entries))
                 return

@@ -38,8 +38,28 @@ struct PrestageCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The upstream catalog: a file or an http(s) URL (default: the configured one).")
     var catalog: String?
 
+    @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is then accepted only through TUF (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
     @Option(name: .long, help: "The staging folder `courier serve --content` serves.")
     var dest: String
+
+    @Option(
+        name: .customLong("tuf-keys"),
+        help: ArgumentHelp(
+            "Sign the published catalog (TUF): a folder with the targets.json, snapshot.json and timestamp.json keys.",
+            valueName: "dir"))
+    var tufKeys: String?
+
+    @Option(
+        name: .customLong("tuf-roots"),
+        help: ArgumentHelp(
+            "With --tuf-keys: the folder holding the root chain (1.root.json, 2.root.json, ...) to publish.", valueName: "dir"))
+    var tufRoots: String?
 
     @Option(name: .shortAndLong, help: "Packages fetched at once.")
     var jobs: Int = 8
@@ -64,6 +84,10 @@ struct PrestageCommand: AsyncParsableCommand {
         if let lease, !(lease >= 1 && lease <= 86_400) { throw ValidationError("--lease must be 1...86400 seconds") }
         if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be 0...65535") }
         if let queue { _ = try Self.parseQueue(queue) }
+        if (tufKeys == nil) != (tufRoots == nil) { throw ValidationError("--tuf-keys and --tuf-roots go together") }
+        if tufKeys != nil, queue != nil {
+            throw ValidationError("--tuf-keys signs from one machine: run the signing prestage without --queue (docs/trust.md)")
+        }
     }
 
     static func parseQueue(_ text: String) throws -> PostgresURL {
@@ -80,7 +104,8 @@ struct PrestageCommand: AsyncParsableCommand {
         // resident size after a burst matters more than a few percent of CPU).
         MemoryPolicy.apply()
         try await global.run { output in
-            let configuration = try global.loadConfiguration()
+            var configuration = try global.loadConfiguration()
+            configuration.trustCatalogRoot(catalogRoot)
             let (location, base) = try configuration.catalogLocation(catalog, for: "stage the packages of")
             let queueURL = try (queue ?? configuration.prestage.queue).map { try PostgresURL(parsing: $0) }
             let destination = URL(fileURLWithPath: dest, isDirectory: true).standardizedFileURL
@@ -123,6 +148,27 @@ struct PrestageCommand: AsyncParsableCommand {
             }
             progress.finish()
             progress.printSummary(summary)
+            if let tufKeys, let tufRoots {
+                // The catalog as a TUF target: signed metadata beside it, timestamp last.
+                let keys = try TUFPublisherKeys.load(from: URL(fileURLWithPath: tufKeys, isDirectory: true))
+                let catalogFile = destination.appendingPathComponent("catalog.json")
+                let catalogData = try CourierError.wrapping(.io, "cannot read the published catalog \(catalogFile.path)") {
+                    try Data(contentsOf: catalogFile)
+                }
+                let published = try TUFPublisher.publish(
+                    target: catalogData, named: "catalog.json", into: destination,
+                    roots: URL(fileURLWithPath: tufRoots, isDirectory: true), keys: keys)
+                if output.json {
+                    output.emit([
+                        "event": "signed", "root": published.root, "targets": published.targets, "snapshot": published.snapshot,
+                        "timestamp": published.timestamp, "target": published.targetPath,
+                    ])
+                } else {
+                    output.note(
+                        "courier: signed the catalog (TUF root \(published.root), targets \(published.targets), "
+                            + "snapshot \(published.snapshot), timestamp \(published.timestamp)) in \(destination.path)/metadata")
+                }
+            }
             let failures = summary.failures
             if !failures.isEmpty {
                 let names = failures.map(\.contentIdentifier).joined(separator: ", ")

@@ -11,6 +11,13 @@ struct PurchaseOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
     var catalog: String?
 
+    @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is then accepted only through TUF (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
     @Option(name: .customLong("product"), help: ArgumentHelp("Only this product (repeatable).", valueName: "id"))
     var products: [String] = []
 

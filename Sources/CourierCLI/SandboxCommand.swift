@@ -41,6 +41,15 @@ struct SandboxInitCommand: AsyncParsableCommand {
             let configuration = try global.loadConfiguration()
             let catalog = try SandboxCatalog.write(into: store.directory, bundleId: configuration.receipts.bundleId)
             let catalogFile = store.directory.appendingPathComponent("catalog.json")
+            // The catalog as a TUF target (docs/trust.md): keys in keys/ (owner-only; kept across
+            // --force, since clients trust the root they name), metadata in metadata/.
+            let keysFolder = store.directory.appendingPathComponent("keys", isDirectory: true)
+            let metadataFolder = store.directory.appendingPathComponent("metadata", isDirectory: true)
+            let repository = try TUFPublisher.createRepository(keys: keysFolder, metadata: metadataFolder)
+            _ = try TUFPublisher.publish(
+                target: try Data(contentsOf: catalogFile), named: "catalog.json", into: store.directory, roots: metadataFolder,
+                keys: repository.online)
+            let catalogRoot = metadataFolder.appendingPathComponent("1.root.json")
             if output.json {
                 output.emit([
                     "event": "sandbox",
@@ -49,12 +58,15 @@ struct SandboxInitCommand: AsyncParsableCommand {
                     "trustRoot": store.rootCertificateFile.path,
                     "trustRootDER": store.rootCertificateDERFile.path,
                     "catalog": catalogFile.path,
+                    "catalogRoot": catalogRoot.path,
+                    "keys": keysFolder.path,
                     "products": catalog.products.map(\.productId),
                 ])
             } else {
                 output.line("\(created ? "created" : "kept") the sandbox store in \(store.directory.path)")
                 output.line("trusted root: \(store.rootCertificateFile.path) (DER: \(store.rootCertificateDERFile.path))")
                 output.line("catalog: \(catalogFile.path) (\(catalog.products.map(\.productId).joined(separator: ", ")))")
+                output.line("catalog signed (TUF): trusted root \(catalogRoot.path), keys in \(keysFolder.path)")
                 output.line(
                     "verify with:  courier receipt verify FILE --trust-root \(store.rootCertificateFile.path) --environment Sandbox"
                 )

@@ -38,6 +38,13 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The catalog to serve and gate with (default <content>/catalog.json; or serve.catalog).")
     var catalog: String?
 
+    @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is served only when its signed metadata names it (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
     @Option(name: .long, help: "The port to listen on; 0 picks a free one (default 8080; or serve.port).")
     var port: Int?
 
@@ -161,7 +168,7 @@ struct ServeCommand: AsyncParsableCommand {
             else {
                 throw CourierError(.usage, "\(contentDirectory.path) is not a folder", hint: "run `courier prestage --dest DIR` first")
             }
-            let configuration = OriginConfiguration(
+            var configuration = OriginConfiguration(
                 serve, contentDirectory: contentDirectory, catalogFile: serve.catalog.map { settings.resolvePath($0).standardizedFileURL })
             // A catalog already published is loaded once before listening: one that cannot be
             // served (invalid, two contents sharing an identifier) is refused at start (exit 2),
@@ -171,6 +178,13 @@ struct ServeCommand: AsyncParsableCommand {
                     try Data(contentsOf: configuration.catalogFile)
                 }
                 _ = try PublishedCatalog(data: data)
+            }
+            if let rootFile = catalogRoot.map({ URL(fileURLWithPath: $0).standardizedFileURL }) ?? settings.resolvedCatalogTrust.trustedRoot {
+                let root = try CourierError.wrapping(.usage, "cannot read the trusted root \(rootFile.path)") { try Data(contentsOf: rootFile) }
+                guard (try? TUFTrustedSet(trustedRoot: root, referenceTime: .distantPast)) != nil else {
+                    throw CourierError(.usage, "the trusted root \(rootFile.path) is not TUF root metadata signed by its own keys")
+                }
+                configuration.trustedCatalogRoot = root
             }
             let host = serve.host
             let isPublic = serve.public

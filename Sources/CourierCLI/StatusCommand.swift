@@ -22,6 +22,7 @@ struct StatusCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             let control = try global.queueControl()
+            if let notice = CatalogTrustNotice.read(global.layout) { output.note("courier: \(notice)") }
             var last: [QueueEntry] = []
             var shown: [String]?
             while true {

@@ -27,6 +27,13 @@ struct UpdateCommand: AsyncParsableCommand {
     var catalog: String?
 
     @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is then accepted only through TUF (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
+    @Option(
         name: .customLong("receipt"),
         help: ArgumentHelp("A fresh receipt whose copies of the stored purchases count (a refund stops an update).", valueName: "file"))
     var receiptFile: String?
@@ -35,7 +42,7 @@ struct UpdateCommand: AsyncParsableCommand {
         try await global.run { output in
             let receipt = try receiptFile.map { try ReceiptValidator.readReceipt(URL(fileURLWithPath: $0)) }
             // Only a store with delivered content has anything to update: none is created here.
-            let client = try global.client(receiptOptions, existingStore: true)
+            let client = try global.client(receiptOptions, existingStore: true, catalogRoot: catalogRoot)
             defer { client.shutdown() }
             let run = try await client.prepareUpdates(.init(products: products, catalog: catalog, receipt: receipt))
             let (plan, skipped) = (run.plan, run.skipped)

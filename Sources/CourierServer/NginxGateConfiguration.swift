@@ -205,6 +205,17 @@ public struct NginxGateConfiguration: Sendable, Equatable {
                     add_header Cache-Control no-cache;
                 }
 
+                # Public too: the catalog's signed TUF metadata and targets (docs/trust.md).
+                # timestamp.json and root.json change in place; versioned and hash-prefixed
+                # names never do.
+                location ~ "^/metadata/(timestamp|root)\\.json$" {
+                    add_header Cache-Control no-cache;
+                }
+                location /metadata/ {
+                }
+                location ^~ /targets/ {
+                }
+
                 # Everything else (packages, their manifests) is served only if a gate says 204.
                 location / {
                     auth_request /authorize;

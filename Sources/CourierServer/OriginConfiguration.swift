@@ -8,6 +8,9 @@ public struct OriginConfiguration: Sendable {
     /// The catalog to serve and gate with. Default `<contentDirectory>/catalog.json`; its
     /// relative package URLs are paths under `contentDirectory`.
     public var catalogFile: URL
+    /// The publisher's TUF `root.json` (`serve --catalog-root`, `catalog.trustedRoot`): with it,
+    /// the catalog is served only when the signed metadata beside it names its bytes.
+    public var trustedCatalogRoot: Data? = nil
     /// The address to listen on; loopback by default.
     public var host: String
     /// The port; 0 asks the kernel for a free one.

@@ -37,7 +37,7 @@ struct OriginResponder: HTTPResponder {
         metrics: OriginMetrics? = nil
     ) {
         self.configuration = configuration
-        self.catalogSource = CatalogSource(file: configuration.catalogFile)
+        self.catalogSource = CatalogSource(file: configuration.catalogFile, trustedRoot: configuration.trustedCatalogRoot)
         self.gate = gate
         self.notifications = notifications
         self.accessLog = accessLog
@@ -95,6 +95,13 @@ struct OriginResponder: HTTPResponder {
         if path == "/health" {
             let catalogReady = (try? catalogSource.current()) != nil
             return Self.json(.ok, ["status": "ok", "catalog": catalogReady ? "published" : "missing"])
+        }
+        if let name = Self.trustFileName(path) {
+            // The catalog's TUF repository (docs/trust.md): public, like the catalog it signs.
+            guard let file = StaticFile.lookup(path: configuration.contentDirectory.path + path) else {
+                return Self.error(.notFound, code: "notFound", "\(path) is not published")
+            }
+            return fileResponse(file, request: request, context: context, contentType: name.hasSuffix(".json") ? "application/json" : "application/octet-stream")
         }
         let published: PublishedCatalog
         do {
@@ -156,7 +163,7 @@ struct OriginResponder: HTTPResponder {
         let original = request.headers[Self.originalURI]
         entry.original = original
         if let original, let path = RequestTarget.canonicalPath(original) {
-            if path == "/catalog.json" {
+            if path == "/catalog.json" || Self.trustFileName(path) != nil {
                 decision = .allowed(subject: "public", reason: .publicContent)
             } else if let published = try? catalogSource.current() {
                 if let served = published.index[path] {
@@ -284,6 +291,24 @@ struct OriginResponder: HTTPResponder {
             try await writer.finish(nil)
         }
         return Response(status: status, headers: headers, body: body)
+    }
+
+    /// The file name of a request for the catalog's TUF repository: `/metadata/NAME` or
+    /// `/targets/NAME`, one plain name (letters, digits, `.`, `_`, `-`, not starting with a dot),
+    /// as `courier prestage` publishes them; nil for any other path.
+    static func trustFileName(_ path: String) -> String? {
+        for folder in ["/metadata/", "/targets/"] where path.hasPrefix(folder) {
+            let name = path.dropFirst(folder.count)
+            guard !name.isEmpty, name.count <= 255, !name.hasPrefix("."),
+                name.utf8.allSatisfy({ byte in
+                    (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                        || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: ".")
+                        || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+                })
+            else { return nil }
+            return String(name)
+        }
+        return nil
     }
 
     /// The token of `Authorization: Bearer <token>`, nil when absent or another scheme.

@@ -91,10 +91,14 @@ public struct PublishedCatalog: Sendable {
 /// by rename is picked up by the next request, and a reader never sees half of one.
 final class CatalogSource: Sendable {
     let file: URL
+    /// The publisher's TUF root (`serve --catalog-root`): the catalog is served only when the
+    /// signed metadata in `metadata/` beside it names its exact bytes (docs/trust.md).
+    let trustedRoot: Data?
     private let cached = Mutex<(identity: StaticFile, catalog: PublishedCatalog)?>(nil)
 
-    init(file: URL) {
+    init(file: URL, trustedRoot: Data? = nil) {
         self.file = file
+        self.trustedRoot = trustedRoot
     }
 
     /// The current catalog; throws `notFound` when there is none and `usage` when it is invalid.
@@ -104,6 +108,17 @@ final class CatalogSource: Sendable {
         }
         if let cached = cached.withLock({ $0 }), cached.identity.sameFile(as: identity) { return cached.catalog }
         let data = try CourierError.wrapping(.io, "cannot read the catalog \(file.path)") { try Data(contentsOf: file) }
+        if let trustedRoot {
+            do {
+                try TUFLocalRepository.verify(
+                    data, as: file.lastPathComponent, metadata: file.deletingLastPathComponent().appendingPathComponent("metadata"),
+                    trustedRoot: trustedRoot)
+            } catch let error as TUFError {
+                throw CourierError(
+                    .integrity, "the catalog \(file.path) is not served: \(error)",
+                    hint: "publish it signed: courier prestage --tuf-keys DIR --tuf-roots DIR (docs/trust.md)")
+            }
+        }
         let catalog = try PublishedCatalog(data: data)
         // Cache only if the file did not change while it was read.
         if let after = StaticFile.lookup(path: file.path), after.sameFile(as: identity) {

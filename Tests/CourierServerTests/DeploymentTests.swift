@@ -109,7 +109,16 @@ struct DeploymentTests {
                         content: Catalog.Content(
                             url: file.lastPathComponent, sha256: digest, length: Int64(length), version: version, placement: .documents)))
             }
-            try Catalog(bundleId: "com.example.app", products: products).encoded().write(to: upstream.appendingPathComponent("catalog.json"))
+            // As a careful publisher does (StagingTree.publishCatalog): nginx's ETag is
+            // "mtime-size" at one-second resolution, and a new catalog of the old one's size
+            // written within the same second would be answered 304 to prestage.
+            let catalogFile = upstream.appendingPathComponent("catalog.json")
+            let previous = (try? FileManager.default.attributesOfItem(atPath: catalogFile.path)[.modificationDate]) as? Date
+            try Catalog(bundleId: "com.example.app", products: products).encoded().write(to: catalogFile)
+            if let previous {
+                let later = max(Date(), previous.addingTimeInterval(1)).timeIntervalSince1970.rounded(.up)
+                try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: later)], ofItemAtPath: catalogFile.path)
+            }
         }
 
         func prestage() throws {

@@ -138,7 +138,20 @@ public final class CourierAgent: Service, Sendable {
     func updateIfCatalogChanged(since previous: Catalog?) async -> Catalog? {
         guard client.configuration.queue.autoUpdate, client.configuration.catalog != nil else { return nil }
         do {
-            return try await client.checkForUpdates(since: previous).catalog
+            let catalog = try await client.checkForUpdates(since: previous).catalog
+            CatalogTrustNotice.clear(queue.layout)
+            return catalog
+        } catch let error as CourierError where error.code == .integrity && error.cause == "TUF" {
+            // The catalog failed a TUF check (an expired timestamp: a frozen view): no update
+            // from it until the publisher signs again; `list` and `status` say so.
+            let notice = "automatic updates stopped: \(error.message)"
+            logger.error("\(notice)")
+            do {
+                try CatalogTrustNotice.write(queue.layout, notice + " (since \(TUFDate.format(Date())))")
+            } catch {
+                logger.error("cannot record that automatic updates stopped", metadata: ["error": "\(error)"])
+            }
+            return nil
         } catch {
             logger.warning("cannot check the catalog for updates", metadata: ["error": "\(error)"])
             return nil

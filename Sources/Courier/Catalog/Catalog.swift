@@ -192,7 +192,18 @@ extension Catalog {
             }
             return date
         }
-        let catalog = try CourierError.wrapping(.usage, "the catalog\(name.map { " " + $0 } ?? "") is not valid") { try decoder.decode(Catalog.self, from: data) }
+        let catalog: Catalog
+        do {
+            catalog = try decoder.decode(Catalog.self, from: data)
+        } catch {
+            var cause = CourierError.plainDescription(of: error)
+            if case DecodingError.dataCorrupted(let context) = error, context.codingPath.isEmpty,
+                let syntax = CourierError.jsonSyntaxProblem(in: data)
+            {
+                cause = syntax
+            }
+            throw CourierError(.usage, "the catalog\(name.map { " " + $0 } ?? "") is not valid", cause: cause)
+        }
         try catalog.checkContentIdentifiers()
         return catalog
     }

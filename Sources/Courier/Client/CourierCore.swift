@@ -72,7 +72,7 @@ public struct CourierCore: Sendable {
 
     /// The catalog loader (ETag cache under the store) over `transport`, else one of its own.
     public func catalogLoader(transport: (any HTTPTransport)? = nil) throws -> CatalogLoader {
-        CatalogLoader(transport: try transport ?? httpTransport(), layout: layout, logger: logger)
+        CatalogLoader(transport: try transport ?? httpTransport(), layout: layout, trust: configuration.resolvedCatalogTrust, logger: logger)
     }
 
     /// An HTTP transport for one-shot requests (legacy receipts, catalogs) with the transfer settings.

@@ -21,7 +21,8 @@ public final class PrestageRunner: Sendable {
         // A stale catalog served from the cache is worth a warning even when the log is quiet.
         var catalogLogger = logger
         catalogLogger.logLevel = min(logger.logLevel, .warning)
-        catalogLoader = CatalogLoader(transport: engine.httpTransport, layout: layout, logger: catalogLogger)
+        catalogLoader = CatalogLoader(
+            transport: engine.httpTransport, layout: layout, trust: configuration.resolvedCatalogTrust, logger: catalogLogger)
         self.tree = tree
         job = PrestageJob(
             tree: tree, fetcher: TransferPackageFetcher(engine: engine),

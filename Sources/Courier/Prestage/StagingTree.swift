@@ -200,9 +200,7 @@ public struct LocalStagingTree: StagingTree {
         // The sync makes the packages, their folders and the new catalog's bytes durable at once;
         // only then does the name `catalog.json` point at it.
         try Durable.write(data, to: temporary, sync: false, mode: Self.publishedFileMode)
-        if (try? Data(contentsOf: catalogFile)) != data {
-            try Self.advanceModificationTime(of: temporary, past: catalogFile)
-        }
+        try Self.carryValidators(to: temporary, from: catalogFile, changed: (try? Data(contentsOf: catalogFile)) != data)
         try openToReaders(catalog)
         try syncPublished()
         try Durable.rename(temporary, to: catalogFile)
@@ -213,13 +211,21 @@ public struct LocalStagingTree: StagingTree {
     /// a new catalog as long as the one it replaces, published within the same second, would be
     /// answered 304 to a client that holds the old one, and that client would never see the
     /// update (seen in DeploymentTests: two prestage runs a second apart). A catalog that
-    /// changed gets a modification time at least a second past the current one's.
-    static func advanceModificationTime(of temporary: URL, past current: URL) throws {
+    /// changed gets a modification time at least a second past the current one's; the same
+    /// catalog published again keeps the current one's, so clients' validators stay good.
+    static func carryValidators(to temporary: URL, from current: URL, changed: Bool) throws {
         var old = stat()
         var new = stat()
-        guard stat(current.path, &old) == 0, stat(temporary.path, &new) == 0, new.st_mtim.tv_sec <= old.st_mtim.tv_sec
-        else { return }
-        var times = [timespec(tv_sec: 0, tv_nsec: Int(UTIME_OMIT)), timespec(tv_sec: old.st_mtim.tv_sec + 1, tv_nsec: 0)]
+        guard stat(current.path, &old) == 0, stat(temporary.path, &new) == 0 else { return }
+        let modified: timespec
+        if !changed {
+            modified = old.st_mtim
+        } else if new.st_mtim.tv_sec <= old.st_mtim.tv_sec {
+            modified = timespec(tv_sec: old.st_mtim.tv_sec + 1, tv_nsec: 0)
+        } else {
+            return
+        }
+        var times = [new.st_atim, modified]
         guard utimensat(AT_FDCWD, temporary.path, &times, 0) == 0 else {
             throw CourierError(.io, "cannot set the modification time of \(temporary.path)", cause: String(cString: strerror(errno)))
         }

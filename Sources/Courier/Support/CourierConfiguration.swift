@@ -8,6 +8,9 @@ import Foundation
 public struct CourierConfiguration: Sendable, Codable, Equatable {
     /// The catalog: a file path or a URL. `nil` means none is configured.
     public var catalog: String?
+    /// Whose signature the catalog needs (TUF, docs/trust.md): the `catalog` key written as an
+    /// object, `{"url": ..., "trustedRoot": ..., "allowUnsigned": ...}`.
+    public var catalogTrust: CatalogTrustConfiguration = .init()
     /// Its `stallTimeout` and `diskReserve` are the only settings of their kind: `queue` and
     /// `placement` take theirs from it whenever it changes.
     public var transfer: TransferConfiguration { didSet { shareTransferSettings() } }
@@ -60,6 +63,41 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case catalog, transfer, receipts, packages, placement, queue, prestage, serve
+    }
+
+    /// `catalog` is a string (the location) or an object (the location and its trust).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        if let location = try? container.decodeIfPresent(String.self, forKey: .catalog) {
+            catalog = location
+        } else if let section = try container.decodeIfPresent(CatalogSection.self, forKey: .catalog) {
+            catalog = section.url
+            catalogTrust = section.trust
+        }
+        transfer = try container.decode(TransferConfiguration.self, forKey: .transfer)
+        receipts = try container.decode(ReceiptConfiguration.self, forKey: .receipts)
+        packages = try container.decode(PackageConfiguration.self, forKey: .packages)
+        placement = try container.decode(PlacementConfiguration.self, forKey: .placement)
+        queue = try container.decode(QueueConfiguration.self, forKey: .queue)
+        prestage = try container.decode(.prestage, or: PrestageConfiguration())
+        serve = try container.decode(.serve, or: ServeConfiguration())
+        shareTransferSettings()
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        if catalogTrust == CatalogTrustConfiguration() {
+            try container.encodeIfPresent(catalog, forKey: .catalog)
+        } else {
+            try container.encode(CatalogSection(url: catalog, trust: catalogTrust), forKey: .catalog)
+        }
+        try container.encode(transfer, forKey: .transfer)
+        try container.encode(receipts, forKey: .receipts)
+        try container.encode(packages, forKey: .packages)
+        try container.encode(placement, forKey: .placement)
+        try container.encode(queue, forKey: .queue)
+        try container.encode(prestage, forKey: .prestage)
+        try container.encode(serve, forKey: .serve)
     }
 
     /// Decodes a configuration file's JSON, the one way a configuration is read (the sections'
@@ -202,6 +240,8 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     private static func knownKeys() -> [String: Set<String>] {
         var defaults = CourierConfiguration()
         defaults.catalog = ""
+        defaults.catalogTrust = CatalogTrustConfiguration(
+            trustedRoot: "", metadataURL: "", targetsURL: "", targetName: "", allowUnsigned: true)
         defaults.queue.finishWebhook = ""
         defaults.serve.state = ""
         defaults.serve.content = ""

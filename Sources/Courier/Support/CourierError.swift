@@ -121,13 +121,40 @@ extension CourierError {
         let ns = error as NSError
         if ns.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(truncatingIfNeeded: ns.code))) }
         if ns.domain == NSCocoaErrorDomain {
-            if let underlying = ns.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            // On Linux the underlying error is kept as a Swift error: `as? NSError` misses it.
+            if let underlying = (ns.userInfo[NSUnderlyingErrorKey] as? any Error).map({ $0 as NSError }),
+                underlying.domain == NSPOSIXErrorDomain
+            {
                 return String(cString: strerror(Int32(truncatingIfNeeded: underlying.code)))
+            }
+            switch CocoaError.Code(rawValue: ns.code) {
+            case .fileReadNoSuchFile, .fileNoSuchFile: return String(cString: strerror(ENOENT))
+            case .fileReadNoPermission, .fileWriteNoPermission: return String(cString: strerror(EACCES))
+            default: break
             }
             if let reason = ns.userInfo[NSDebugDescriptionErrorKey] as? String { return reason }
             return ns.localizedDescription
         }
         return "\(error)"
+    }
+
+    /// Where `data` stops being JSON, for a user: "not JSON: Invalid value at line 2, column 2";
+    /// nil when it is JSON. (JSONDecoder on Linux says only "The given data was not valid JSON.")
+    public static func jsonSyntaxProblem(in data: Data) -> String? {
+        do {
+            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            return nil
+        } catch {
+            let reason = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\((error as NSError).localizedDescription)"
+            // "Invalid value around character 10." gives the offset; a line and column say more.
+            guard let marker = reason.range(of: " around character "),
+                let offset = Int(reason[marker.upperBound...].prefix { $0.isNumber }), offset >= 0
+            else { return "not JSON: \(reason)" }
+            let bytes = [UInt8](data.prefix(offset))
+            let line = bytes.reduce(1) { $1 == 0x0A ? $0 + 1 : $0 }
+            let column = bytes.count - (bytes.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0) + 1
+            return "not JSON: \(reason[..<marker.lowerBound]) at line \(line), column \(column)"
+        }
     }
 
     /// An error from a failed system call, with the errno text as its cause.

@@ -23,7 +23,7 @@ struct ManPageCLITests {
         var options: Options = [:]
         var abstracts: [String] = []
         func walk(_ command: [String: Any], path: [String]) {
-            guard let name = command["commandName"] as? String, name != "help" else { return }
+            guard let name = command["commandName"] as? String else { return }
             let path = path + [name]
             if let abstract = command["abstract"] as? String, !abstract.isEmpty { abstracts.append(abstract) }
             var names: Set<String> = []

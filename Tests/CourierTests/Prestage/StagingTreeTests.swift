@@ -106,7 +106,7 @@ struct StagingTreeTests {
         let after = try modified()
         #expect(try Data(contentsOf: tree.catalogFile).count == (try first.encoded()).count)
         #expect(after > before, "the new catalog must not keep the old one's ETag and Last-Modified")
-        // The same catalog again changes nothing.
+        // The same catalog again keeps its validators.
         try tree.publishCatalog(second)
         #expect(try modified() == after)
     }

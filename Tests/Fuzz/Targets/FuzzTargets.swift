@@ -16,7 +16,7 @@ public enum FuzzTargets {
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
         "notification", "response-head", "request-path", "manifest", "multipart", "postgres-url", "authorize",
-        "prestage-plan",
+        "prestage-plan", "tuf-metadata",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -39,6 +39,7 @@ public enum FuzzTargets {
         case "postgres-url": postgresURL(data)
         case "authorize": authorize(data)
         case "prestage-plan": prestagePlan(data)
+        case "tuf-metadata": tufMetadata(data)
         default: return false
         }
         return true
@@ -147,6 +148,22 @@ public enum FuzzTargets {
         guard let directory = try? ZipDirectory.parse(bytes), (try? directory.check(PackageConfiguration())) != nil else { return }
         _ = try? PackageInspector.preflight(
             URL(fileURLWithPath: "/nonexistent/fuzz.zip"), bytes: bytes, limits: PackageConfiguration(), hashingEntries: true)
+    }
+
+    /// TUF metadata as the client reads it: the strict JSON parser, canonical JSON of `signed`,
+    /// each role's fields, signature checks with the keys the document itself lists, and the
+    /// delegations' path matching.
+    static func tufMetadata(_ data: Data) {
+        if let value = try? JSONParser.parse(data) { _ = try? CanonicalJSON.encode(value) }
+        if let root = try? TUFRoot(data) { _ = try? root.verify(role: "root", root.envelope) }
+        _ = try? TUFTimestamp(data)
+        _ = try? TUFSnapshot(data)
+        if let targets = try? TUFTargets(data) {
+            for role in targets.delegatedRoles {
+                _ = role.covers("app/catalog.json")
+                _ = try? targets.verify(role: role.name, targets.envelope)
+            }
+        }
     }
 
     /// A catalog document.
