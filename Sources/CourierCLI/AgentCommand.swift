@@ -53,6 +53,8 @@ struct AgentCommand: AsyncParsableCommand {
             var clientOptions = CourierClient.Options()
             clientOptions.announcesFinishes = true
             clientOptions.webhookBackoff = retryBackoff
+            // The agent's downloads and updates are background traffic (transfer.backgroundMaxRate).
+            clientOptions.trafficClass = .background
             let client = try CourierClient(configuration: configuration, layout: layout, logger: logger, options: clientOptions)
             defer { client.shutdown() }
             var options = CourierAgent.Options()

@@ -70,11 +70,28 @@ struct GlobalOptions: ParsableArguments {
 
     /// The client core over this storage and configuration, `receiptOptions` applied over it.
     /// With `existingStore`, the store must exist (`update` has nothing to do in a new one).
-    func client(_ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false) throws -> CourierClient {
+    /// With `output`, each retry of a download is said there as `get` says it (a line on
+    /// standard error, a `retry` event with --json).
+    func client(
+        _ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, output: Output? = nil,
+        transfer: (inout TransferConfiguration) -> Void = { _ in }
+    ) throws -> CourierClient {
         var configuration = try loadConfiguration()
         receiptOptions?.apply(to: &configuration)
+        transfer(&configuration.transfer)
+        var options = CourierClient.Options()
+        if let output {
+            options.onTransferRetry = { retry in
+                if output.json {
+                    output.emit(RetryReporter.event(retry, file: nil).merging(["downloadId": retry.id]) { $1 })
+                } else {
+                    output.info(RetryReporter.line(retry))
+                }
+            }
+        }
         return try CourierClient(
-            configuration: configuration, layout: existingStore ? existingLayout() : layout, logger: logger("courier", default: .critical))
+            configuration: configuration, layout: existingStore ? existingLayout() : layout, logger: logger("courier", default: .critical),
+            options: options)
     }
 
     /// The level of every logger a command makes (the one place it is decided): `--verbose`

@@ -132,11 +132,13 @@ public final class CourierAgent: Service, Sendable {
             case (.failed, .network?, _), (.failed, .leased?, _):
                 // The network may be back; a process that held the partial file may be gone.
                 let attempts = retries.attempts(download.id)
-                let delay = Backoff(initial: options.retryBackoff, maximum: options.maxRetryBackoff, jitter: false)
-                    .delay(attempt: attempts + 1)
+                let delay = RetryPolicy(maxRetries: nil, backoffBase: options.retryBackoff, backoffMax: options.maxRetryBackoff, jitter: false)
+                    .delay(retry: attempts + 1)
                 guard now.timeIntervalSince(download.updatedAt) >= delay else { continue }
                 retries.record(download.id)
-                logger.info("retrying", metadata: ["reason": "\(download.errorCode?.rawValue ?? "")", "attempt": "\(attempts + 1)"])
+                logger.info(
+                    "retrying download after \(download.errorCode?.rawValue ?? "a failure"); retry \(attempts + 1)",
+                    metadata: ["reason": "\(download.errorCode?.rawValue ?? "")", "attempt": "\(attempts + 1)"])
                 _ = try? queue.resume([download.id])
             case (.paused, _, .insufficientSpace?), (.failed, .insufficientSpace?, _):
                 let needed = max(0, download.length - download.durableOffset) + (download.unpackedLength ?? download.length)

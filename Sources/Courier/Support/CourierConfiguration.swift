@@ -192,6 +192,10 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     private static func knownKeys() -> [String: Set<String>] {
         var defaults = CourierConfiguration()
         defaults.catalog = ""
+        defaults.transfer.proxy = ""
+        defaults.transfer.maxRate = try? ByteRate(bytesPerSecond: 1)
+        defaults.transfer.backgroundMaxRate = try? ByteRate(bytesPerSecond: 1)
+        defaults.transfer.limitRate = try? ByteRate(bytesPerSecond: 1)
         defaults.queue.finishWebhook = ""
         defaults.serve.state = ""
         defaults.serve.content = ""
