@@ -148,6 +148,7 @@ package final class RateLimiter: Sendable {
     /// Counts `bytes` received by a transfer of `trafficClass`.
     func take(_ bytes: Int, _ trafficClass: TrafficClass, now: Double) {
         state.withLock { state in
+            refresh(&state, now: now)
             state.global?.take(bytes, now: now)
             if trafficClass == .background { state.background?.take(bytes, now: now) }
         }
