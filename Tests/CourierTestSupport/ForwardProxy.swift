@@ -15,7 +15,12 @@ public final class ForwardProxy: @unchecked Sendable {  // @unchecked: immutable
     public var url: String { "http://127.0.0.1:\(port)" }
 
     private static let script = #"""
-        import http.server, socketserver, sys, urllib.request, urllib.error, shutil
+        import http.server, signal, socketserver, sys, urllib.request, urllib.error, shutil
+
+        # The test process may ignore or block SIGTERM, and both survive exec: without this,
+        # a SIGTERM would not end the proxy (stop() sends SIGKILL anyway).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
         log_path = sys.argv[1]
 
@@ -95,7 +100,8 @@ public final class ForwardProxy: @unchecked Sendable {  // @unchecked: immutable
 
     public func stop() {
         if process.isRunning {
-            process.terminate()
+            // SIGKILL: a SIGTERM may be ignored or blocked in a child of the test process.
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
         work.remove()

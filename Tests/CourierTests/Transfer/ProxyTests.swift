@@ -7,7 +7,6 @@ import Testing
 @Suite("Proxies")
 struct ProxyTests {
     @Test("get --proxy and transfer.proxy send the download through the proxy; the file verifies",
-          .disabled("hangs under swift test (not reproduced by hand: the same commands pass from a shell); see the engine30 report"),
           .enabled(if: NginxServer.isAvailable && ForwardProxy.isAvailable, "nginx or python3 is not installed"))
     func throughTheProxy() throws {
         let folder = try TemporaryDirectory()
@@ -46,7 +45,6 @@ struct ProxyTests {
     }
 
     @Test("http_proxy from the environment is honoured, but loopback goes direct",
-          .disabled("hangs under swift test (not reproduced by hand: the same commands pass from a shell); see the engine30 report"),
           .enabled(if: NginxServer.isAvailable && ForwardProxy.isAvailable, "nginx or python3 is not installed"))
     func environment() throws {
         let folder = try TemporaryDirectory()
