@@ -62,6 +62,8 @@ struct AgentCommand: AsyncParsableCommand {
             var clientOptions = CourierClient.Options()
             clientOptions.announcesFinishes = true
             clientOptions.webhookBackoff = retryBackoff
+            // The agent's downloads and updates are background traffic (transfer.backgroundMaxRate).
+            clientOptions.trafficClass = .background
             let client = try global.client(configuration: configuration, logger: logger, options: clientOptions)
             defer { client.shutdown() }
             var options = CourierAgent.Options()

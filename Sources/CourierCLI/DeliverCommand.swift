@@ -17,9 +17,31 @@ struct DeliverCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var purchase: PurchaseOptions
 
+    @Option(
+        name: [.customShort("x"), .customLong("proxy")],
+        help: ArgumentHelp(
+            "Send every request through this proxy (curl's syntax; \"\" for none). Default: transfer.proxy, else http_proxy/https_proxy/no_proxy with loopback direct.",
+            valueName: "url"))
+    var proxy: String?
+
+    @Option(
+        name: .customLong("limit-rate"),
+        help: ArgumentHelp(
+            "Hold each transfer to this many bytes per second, in curl's syntax: 500k, 2M (default: transfer.limitRate; transfer.maxRate limits all together).",
+            valueName: "rate"))
+    var limitRate: String?
+
+    func validate() throws {
+        if let proxy { try ProxyOption.validate(proxy) }
+        if let limitRate { _ = try RateOption.parse(limitRate) }
+    }
+
     func run() async throws {
         try await global.run { output in
-            let client = try global.client(purchase.receiptOptions, catalogRoot: purchase.catalogRoot)
+            let client = try global.client(purchase.receiptOptions, catalogRoot: purchase.catalogRoot, output: output) { transfer in
+                if let proxy { transfer.proxy = proxy }
+                if let limitRate { transfer.limitRate = try? RateOption.parse(limitRate) }
+            }
             defer { client.shutdown() }
             let plan = try await client.planDelivery(purchase.purchase())
             if let notInCatalog = plan.notInCatalog, !output.json { output.note("courier: \(notInCatalog.message)") }

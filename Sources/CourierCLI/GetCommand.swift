@@ -68,7 +68,49 @@ struct GetCommand: AsyncParsableCommand {
             valueName: "url"))
     var mirrors: [String] = []
 
+    @Option(
+        name: .customLong("retry"),
+        help: ArgumentHelp(
+            "Retries of a failing transfer before giving up (default: transfer.maxRetries, 5); bytes received reset the count.",
+            valueName: "n"))
+    var retry: Int?
+
+    @Option(
+        name: .customLong("connect-timeout"),
+        help: ArgumentHelp("Seconds allowed to connect (default: transfer.connectTimeout, 15).", valueName: "seconds"))
+    var connectTimeout: Double?
+
+    @Option(
+        name: [.customShort("m"), .customLong("max-time")],
+        help: ArgumentHelp(
+            "Seconds each download may take in all, retries included; past it, exit 5 with the partial data kept (default: transfer.maxTime; 0: no limit).",
+            valueName: "seconds"))
+    var maxTime: Double?
+
+    @Option(
+        name: [.customShort("x"), .customLong("proxy")],
+        help: ArgumentHelp(
+            "Send every request through this proxy (curl's syntax: http://host:port, socks5h://host; \"\" for none). Default: transfer.proxy, else http_proxy/https_proxy/no_proxy with loopback direct.",
+            valueName: "url"))
+    var proxy: String?
+
+    @Option(
+        name: .customLong("limit-rate"),
+        help: ArgumentHelp(
+            "Hold each transfer to this many bytes per second, in curl's syntax: 500k, 2M, 1G (default: transfer.limitRate; transfer.maxRate limits all together).",
+            valueName: "rate"))
+    var limitRate: String?
+
     func validate() throws {
+        if let proxy { try ProxyOption.validate(proxy) }
+        if let limitRate { _ = try RateOption.parse(limitRate) }
+        if let retry, retry < 0 { throw ValidationError("--retry must not be negative") }
+        if let connectTimeout, !(connectTimeout.isFinite && connectTimeout > 0) {
+            throw ValidationError("--connect-timeout must be a positive number of seconds")
+        }
+        if let maxTime, !(maxTime.isFinite && maxTime >= 0) {
+            throw ValidationError("--max-time must be a number of seconds (0: no limit)")
+        }
         for mirror in mirrors where !Catalog.Content.isMirrorURL(mirror) {
             throw ValidationError("--mirror must be an absolute http(s) URL, not \(mirror)")
         }
@@ -99,6 +141,11 @@ struct GetCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { output in
             var configuration = try global.loadConfiguration().transfer
+            if let retry { configuration.maxRetries = retry }
+            if let connectTimeout { configuration.connectTimeout = connectTimeout }
+            if let maxTime { configuration.maxTime = maxTime }
+            if let proxy { configuration.proxy = proxy }
+            if let limitRate { configuration.limitRate = try RateOption.parse(limitRate) }
             if inputFile != nil {
                 configuration.maxConcurrentTransfers = jobs
                 configuration.maxTransfersPerHost = jobs
@@ -400,15 +447,31 @@ final class RetryReporter: Sendable {
         { [self] retry in
             retries.add(1, ordering: .relaxed)
             if output.json {
-                output.emit([
-                    "event": "retry", "file": file, "retry": retry.retry, "maxRetries": retry.maxRetries,
-                    "delay": (retry.delay * 1000).rounded() / 1000, "code": retry.error.code.rawValue, "message": retry.error.message,
-                ])
+                output.emit(Self.event(retry, file: file))
             } else {
-                output.info(
-                    "courier: \(retry.id): \(retry.error.message); retry \(retry.retry) of \(retry.maxRetries) in \(Self.seconds(retry.delay))")
+                output.info(Self.line(retry))
             }
         }
+    }
+
+    /// The line that says a retry: the download, the cause (with its underlying cause: the curl
+    /// error, the HTTP status), the retry's number and when it starts. `get`, `deliver` and the
+    /// agent say retries with it.
+    static func line(_ retry: TransferRetry) -> String {
+        let cause = retry.error.cause.map { cause in retry.error.message.contains(cause) ? "" : " (\(cause))" } ?? ""
+        let count = retry.maxRetries > 0 ? "retry \(retry.retry) of \(retry.maxRetries)" : "retry \(retry.retry)"
+        return "courier: \(retry.id): \(retry.error.message)\(cause); \(count) in \(seconds(retry.delay))"
+    }
+
+    /// The `retry` event of --json output (docs/json.md).
+    static func event(_ retry: TransferRetry, file: String?) -> [String: Any] {
+        var event: [String: Any] = [
+            "event": "retry", "retry": retry.retry, "maxRetries": retry.maxRetries,
+            "delay": (retry.delay * 1000).rounded() / 1000, "code": retry.error.code.rawValue, "message": retry.error.message,
+        ]
+        if let file { event["file"] = file }
+        if let cause = retry.error.cause { event["cause"] = cause }
+        return event
     }
 
     /// `error` with "after N attempts in T" added when the download was retried.
@@ -421,5 +484,35 @@ final class RetryReporter: Sendable {
 
     static func seconds(_ value: Double) -> String {
         value < 1 ? String(format: "%.2f s", value) : value < 10 ? String(format: "%.1f s", value) : "\(Int(value.rounded())) s"
+    }
+}
+
+/// `--limit-rate RATE` of `get` and `deliver`, in curl's syntax, checked before anything runs.
+enum RateOption {
+    static func parse(_ text: String) throws -> ByteRate {
+        do {
+            return try ByteRate(parsing: text)
+        } catch let error as CourierError {
+            throw ValidationError("--limit-rate: \(error.message)")
+        }
+    }
+}
+
+/// `--proxy URL` of `get` and `deliver`, checked before anything runs.
+enum ProxyOption {
+    /// The schemes libcurl takes for a proxy; a URL without one is an http proxy, as in curl.
+    static let schemes: Set<String> = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
+
+    static func validate(_ proxy: String) throws {
+        if proxy.isEmpty { return }  // no proxy at all
+        guard !proxy.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 || $0 == 0x7F } == true }) else {
+            throw ValidationError("--proxy must be a URL without spaces or control characters")
+        }
+        if let range = proxy.range(of: "://") {
+            let scheme = proxy[..<range.lowerBound].lowercased()
+            guard schemes.contains(scheme) else {
+                throw ValidationError("--proxy: unsupported proxy scheme \(scheme) (use \(schemes.sorted().joined(separator: ", ")))")
+            }
+        }
     }
 }

@@ -70,13 +70,28 @@ struct GlobalOptions: ParsableArguments {
 
     /// The client core over this storage and configuration, `receiptOptions` applied over it.
     /// With `existingStore`, the store must exist (`update` has nothing to do in a new one).
-    /// `configuration`, `logger` and `options`: the agent's own.
+    /// `configuration`, `logger` and `options`: the agent's own. With `output`, each retry of a
+    /// download is said there as `get` says it (a line on standard error, a `retry` event with
+    /// --json); `transfer` adjusts the transfer settings (a command's --proxy, --limit-rate).
     func client(
         _ receiptOptions: ReceiptOptions? = nil, existingStore: Bool = false, configuration: CourierConfiguration? = nil,
-        logger: Logger? = nil, options: CourierClient.Options = .init(), catalogRoot: String? = nil
+        logger: Logger? = nil, options: CourierClient.Options = .init(), catalogRoot: String? = nil, output: Output? = nil,
+        transfer: (inout TransferConfiguration) -> Void = { _ in }
     ) throws -> CourierClient {
+        var configuration = try configuration ?? loadConfiguration()
+        transfer(&configuration.transfer)
         let core = try core(
             receiptOptions, existingStore: existingStore, configuration: configuration, logger: logger, catalogRoot: catalogRoot)
+        var options = options
+        if let output {
+            options.onTransferRetry = { retry in
+                if output.json {
+                    output.emit(RetryReporter.event(retry, file: nil).merging(["downloadId": retry.id]) { $1 })
+                } else {
+                    output.info(RetryReporter.line(retry))
+                }
+            }
+        }
         return try CourierClient(configuration: core.configuration, layout: core.layout, logger: core.logger, options: options)
     }
 

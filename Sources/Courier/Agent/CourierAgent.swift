@@ -165,7 +165,7 @@ public final class CourierAgent: Service, Sendable {
     /// the free space holds its remaining bytes, its unpacked size and the reserve.
     func retryStopped(now: Date = Date()) {
         var policy = queue.lifecycle
-        policy.retryBackoff = Backoff(initial: options.retryBackoff, maximum: options.maxRetryBackoff, jitter: false)
+        policy.retryBackoff = RetryPolicy(maxRetries: nil, backoffBase: options.retryBackoff, backoffMax: options.maxRetryBackoff, jitter: false)
         policy.maxRejectedRetries = options.maxRejectedRetries
         let free = try? options.freeSpace.available(queue.layout.root)
         let review: StalledReview

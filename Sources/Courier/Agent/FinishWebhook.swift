@@ -136,7 +136,7 @@ public final class FinishWebhook: FinishNotifying, Sendable {
                 failure = "not a URL: \(item.url)"
             }
             let attempts = item.attempts + 1
-            let delay = Backoff(initial: initialBackoff, maximum: maxBackoff, jitter: false).delay(attempt: attempts)
+            let delay = RetryPolicy(maxRetries: nil, backoffBase: initialBackoff, backoffMax: maxBackoff, jitter: false).delay(retry: attempts)
             let stamp = Date().timeIntervalSince1970
             let outcome = failure
             do {
@@ -152,7 +152,7 @@ public final class FinishWebhook: FinishNotifying, Sendable {
             }
             if let failure {
                 logger.warning(
-                    "finish webhook not acknowledged; retrying",
+                    "finish webhook not acknowledged (\(failure)); retry \(attempts) in \(delay) s",
                     metadata: ["transaction-id": "\(item.id)", "attempt": "\(attempts)", "error": "\(failure)", "retry-in": "\(delay)"])
             } else {
                 acknowledged += 1

@@ -71,7 +71,7 @@ extension CourierClient {
                 workDirectory: DeltaUpdater.workDirectory(
                     in: layout, contentIdentifier: download.contentIdentifier, packageSHA256: download.sha256))
             target.untrustedPaths = Set(check.missingFiles + check.damagedFiles)
-            let updater = DeltaUpdater(placer: placer, transfer: configuration.transfer, http: engine.httpTransport, logger: logger)
+            let updater = DeltaUpdater(placer: placer, engine: engine, logger: logger)
             do {
                 let outcome = try await updater.update(target)
                 logger.info(

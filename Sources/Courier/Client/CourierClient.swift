@@ -17,6 +17,13 @@ public final class CourierClient: Sendable {
         public var announcesFinishes = false
         /// First delay before a webhook POST is retried; doubles per attempt. Default 2 s.
         public var webhookBackoff: Double = 2
+        /// Hears each retry of a download as the transfer engine schedules it (before its
+        /// delay): `deliver` says it on standard error. The client also logs it at info, with
+        /// the `download-id` (the agent's log). Default nil.
+        public var onTransferRetry: (@Sendable (TransferRetry) -> Void)?
+        /// Who the client's downloads are for: the agent's are `.background`
+        /// (`transfer.backgroundMaxRate`). Default `.foreground`.
+        public var trafficClass: TrafficClass = .foreground
 
         public init() {}
     }
@@ -49,7 +56,17 @@ public final class CourierClient: Sendable {
         self.core = core
         let store = try StateStore(layout: layout)
         let queue = core.paymentQueue(store: store)
-        let engine = try TransferEngine(configuration: configuration.transfer, logger: logger)
+        let onTransferRetry = options.onTransferRetry
+        let engine = try TransferEngine(
+            configuration: configuration.transfer, logger: logger, trafficClass: options.trafficClass
+        ) { [logger] retry in
+            onTransferRetry?(retry)
+            let count = retry.maxRetries > 0 ? "retry \(retry.retry) of \(retry.maxRetries)" : "retry \(retry.retry)"
+            let cause = retry.error.cause.map { " (\($0))" } ?? ""
+            logger.info(
+                "download failed: \(retry.error.message)\(cause); \(count) in \(String(format: "%.2f", retry.delay)) s",
+                metadata: ["download-id": "\(retry.id)", "retry": "\(retry.retry)", "code": "\(retry.error.code)"])
+        }
         self.queue = queue
         self.engine = engine
         let placer: ContentPlacer
@@ -87,7 +104,7 @@ public final class CourierClient: Sendable {
             installer: PlacementInstallStage(placer: placer),
             notifier: webhook,
             updater: DeltaContentUpdate(
-                updater: DeltaUpdater(placer: placer, transfer: configuration.transfer, http: engine.httpTransport, logger: logger),
+                updater: DeltaUpdater(placer: placer, engine: engine, logger: logger),
                 credentials: TransferDownloadStage.bearerCredentials(from: queue),
                 fellBack: { [queue] download, fallback in queue.reportWholePackageUpdate(download, reason: fallback.description) },
                 logger: logger),

@@ -152,18 +152,19 @@ public struct DeltaUpdater: Sendable {
     }
 
     public let placer: ContentPlacer
-    public let transfer: TransferConfiguration
+    /// The process's transfer engine: the manifest and the range requests go through its
+    /// network thread, slots and connections, like every other transfer.
+    public let engine: TransferEngine
     public let http: any HTTPTransport
     public let configuration: Configuration
     let logger: Logger
 
-    public init(
-        placer: ContentPlacer, transfer: TransferConfiguration, http: any HTTPTransport, configuration: Configuration = .init(),
-        logger: Logger
-    ) {
+    public var transfer: TransferConfiguration { engine.configuration }
+
+    public init(placer: ContentPlacer, engine: TransferEngine, configuration: Configuration = .init(), logger: Logger) {
         self.placer = placer
-        self.transfer = transfer
-        self.http = http
+        self.engine = engine
+        self.http = engine.httpTransport
         self.configuration = configuration
         self.logger = logger
     }
@@ -323,13 +324,7 @@ public struct DeltaUpdater: Sendable {
     ) async throws -> FetchResult {
         var result = FetchResult()
         guard !entries.isEmpty else { return result }
-        let fetcher: RangeFetcher
-        do {
-            fetcher = try RangeFetcher(configuration: transfer)
-        } catch let error as CourierError {
-            throw Fallback("cannot start the range fetcher", cause: error)
-        }
-        defer { fetcher.shutdown() }
+        let fetcher = engine.rangeFetcher
         var pending = entries
         var multipleRanges = true
         let firstGroup = DeltaPlan.coalesce(
@@ -366,9 +361,18 @@ public struct DeltaUpdater: Sendable {
                 failures += 1
                 logger.debug("range request failed", metadata: ["error": "\(error)", "attempt": "\(failures)"])
                 if error.code == .network && failures < configuration.attempts {
-                    // Keep what arrived whole; ask again for the rest.
+                    // Keep what arrived whole; ask again for the rest, after the transfers'
+                    // backoff (an origin that just failed is not asked again at once).
                     let done = try await verify(assembler, store: store)
                     pending.removeAll { done.contains($0.sha256) }
+                    let delay = transfer.retryPolicy.delay(retry: failures)
+                    logger.debug(
+                        "retrying the range request", metadata: ["cause": "\(error)", "retry": "\(failures)", "delay": "\(delay)"])
+                    do {
+                        try await Task.sleep(nanoseconds: UInt64(delay * 1e9))
+                    } catch {
+                        throw CourierError(.paused, "the update was paused")
+                    }
                     continue
                 }
                 throw Fallback("the range request failed", cause: error)

@@ -367,7 +367,7 @@ public final class DeliveryPipeline: Sendable {
     private func notifyFinished(_ transaction: TransactionRecord) async {
         logger.info("transaction finished", metadata: ["transaction-id": "\(transaction.id)", "product-id": "\(transaction.productId)"])
         guard let notifier else { return }
-        let backoff = Backoff(initial: 0.2, maximum: 3.2, jitter: false)
+        let policy = RetryPolicy(maxRetries: 4, backoffBase: 0.2, backoffMax: 3.2, jitter: false)
         for attempt in 1...5 {
             do {
                 try await notifier.transactionFinished(transaction)
@@ -376,8 +376,8 @@ public final class DeliveryPipeline: Sendable {
                 logger.warning(
                     "finish notification failed",
                     metadata: ["transaction-id": "\(transaction.id)", "attempt": "\(attempt)", "error": "\(error)"])
-                if Task.isCancelled { return }
-                try? await Task.sleep(nanoseconds: UInt64(backoff.delay(attempt: attempt) * 1e9))
+                if Task.isCancelled || !policy.allows(retry: attempt) { return }
+                try? await Task.sleep(nanoseconds: UInt64(policy.delay(retry: attempt) * 1e9))
             }
         }
     }

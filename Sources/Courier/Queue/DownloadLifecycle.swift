@@ -124,7 +124,7 @@ public struct DownloadLifecycle: Sendable, Equatable {
         public var stallTimeout: Double
         /// The delay before automatic retry number n of a download that failed for the network
         /// or was refused by the server (no jitter: one agent, one schedule).
-        public var retryBackoff: Backoff
+        public var retryBackoff: RetryPolicy
         /// Automatic retries of a download the server refused (`serverRejected`: a 404 from a CDN
         /// that has not got the package yet heals; a wrong URL does not), after which it stays
         /// failed until a user resumes it. A network failure is retried without a cap. Default 8
@@ -133,7 +133,7 @@ public struct DownloadLifecycle: Sendable, Equatable {
         public var space: SpaceRule
 
         public init(
-            stallTimeout: Double = 60, retryBackoff: Backoff = Backoff(initial: 2, maximum: 300, jitter: false),
+            stallTimeout: Double = 60, retryBackoff: RetryPolicy = RetryPolicy(maxRetries: nil, backoffBase: 2, backoffMax: 300, jitter: false),
             maxRejectedRetries: Int = 8, space: SpaceRule = SpaceRule()
         ) {
             self.stallTimeout = stallTimeout
@@ -434,7 +434,7 @@ public struct DownloadLifecycle: Sendable, Equatable {
         case .network, .partialFileBusy:
             if automatic {
                 if error?.code == .serverRejected && review.retries >= policy.maxRejectedRetries { return [] }
-                let delay = policy.retryBackoff.delay(attempt: review.retries + 1, random: 1)
+                let delay = policy.retryBackoff.delay(retry: review.retries + 1, random: 1)
                 let due = facts.changedAt.addingTimeInterval(delay)
                 if review.now < due { return [.retry(at: due)] }
             }

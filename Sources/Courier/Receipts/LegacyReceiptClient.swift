@@ -57,9 +57,10 @@ public struct LegacyReceiptClient: Sendable {
         var switches = 0
         var attempt = 0
         /// Waits before the next attempt, when one is left.
+        let policy = RetryPolicy(maxRetries: max(0, settings.retries), backoffBase: settings.retryDelay, backoffMax: 30)
         func retried(_ reason: String) async throws -> Bool {
-            guard attempt < settings.retries else { return false }
-            try await backoff(attempt: attempt, reason: reason)
+            guard policy.allows(retry: attempt + 1) else { return false }
+            try await backoff(policy, retry: attempt + 1, reason: reason)
             attempt += 1
             return true
         }
@@ -160,9 +161,11 @@ public struct LegacyReceiptClient: Sendable {
         return .answer(answer)
     }
 
-    private func backoff(attempt: Int, reason: String) async throws {
-        let delay = Backoff(initial: configuration.verifyReceipt.retryDelay, maximum: 30).delay(attempt: attempt + 1)
-        logger.debug("verifyReceipt: retrying", metadata: ["reason": "\(reason)", "delay": "\(delay)"])
+    private func backoff(_ policy: RetryPolicy, retry: Int, reason: String) async throws {
+        let delay = policy.delay(retry: retry)
+        logger.debug(
+            "verifyReceipt: retrying",
+            metadata: ["reason": "\(reason)", "retry": "\(retry)", "max-retries": "\(policy.maxRetries ?? 0)", "delay": "\(delay)"])
         do {
             try await Task.sleep(nanoseconds: UInt64(max(0, delay) * 1_000_000_000))
         } catch {

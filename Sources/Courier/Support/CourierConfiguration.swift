@@ -242,6 +242,10 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         defaults.catalog = ""
         defaults.catalogTrust = CatalogTrustConfiguration(
             trustedRoot: "", metadataURL: "", targetsURL: "", targetName: "", allowUnsigned: true)
+        defaults.transfer.proxy = ""
+        defaults.transfer.maxRate = try? ByteRate(bytesPerSecond: 1)
+        defaults.transfer.backgroundMaxRate = try? ByteRate(bytesPerSecond: 1)
+        defaults.transfer.limitRate = try? ByteRate(bytesPerSecond: 1)
         defaults.queue.finishWebhook = ""
         defaults.serve.state = ""
         defaults.serve.content = ""

@@ -1,8 +1,11 @@
 import CCurl
 import Foundation
+import Logging
 
 /// libcurl's `HTTPTransport`: small one-shot requests (receipts, catalogs, webhooks) driven by
-/// a curl multi loop thread, never blocking Swift's cooperative pool.
+/// a `TransferEngine`'s network thread, never blocking Swift's cooperative pool. Each request
+/// holds one of the engine's slots (`.request`: admitted ahead of waiting downloads, within a
+/// small reserve) and reuses its connections.
 ///
 /// Redirects are followed up to `maxRedirects`; TLS verification is always on; plain http is
 /// refused (`.usage`) except to loopback unless `allowInsecureHTTP`. A response body larger
@@ -10,36 +13,43 @@ import Foundation
 /// refused, timeout, TLS failure) fails with `.network`. Cancelling the calling task aborts the
 /// request with `.cancelled`.
 public final class CurlHTTPTransport: HTTPTransport {
-    private let configuration: TransferConfiguration
-    private let loop: CurlMultiLoop
-    private let ownsLoop: Bool
+    private let engine: TransferEngine
+    private let ownsEngine: Bool
 
-    /// A transport with its own network thread; call `shutdown()` when done (or let it go).
+    /// A transport with a transfer engine of its own (for a process that sends only small
+    /// requests); call `shutdown()` when done (or let it go). A process that also downloads
+    /// uses its engine's `httpTransport` instead.
     public init(configuration: TransferConfiguration = .init()) throws {
-        self.configuration = configuration
-        self.loop = try CurlMultiLoop(name: "courier.http", maxConnections: 8)
-        self.ownsLoop = true
+        self.engine = try TransferEngine(configuration: configuration, logger: Logger(label: "courier.http"))
+        self.ownsEngine = true
     }
 
-    /// A transport sharing an engine's network thread.
-    init(configuration: TransferConfiguration, loop: CurlMultiLoop) {
-        self.configuration = configuration
-        self.loop = loop
-        self.ownsLoop = false
+    /// A transport sharing `engine`'s network thread and slots; `owning` makes `shutdown()`
+    /// end the engine too.
+    package init(engine: TransferEngine, owning: Bool = false) {
+        self.engine = engine
+        self.ownsEngine = owning
     }
 
-    /// Ends the network thread of a transport that owns one.
+    /// Ends the network thread of a transport that owns its engine.
     public func shutdown() {
-        if ownsLoop { loop.shutdown() }
+        if ownsEngine { engine.shutdown() }
     }
 
     deinit {
-        if ownsLoop { loop.shutdown() }
+        if ownsEngine { engine.shutdown() }
     }
 
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let configuration = engine.configuration
         try URLPolicy.check(request.url, allowInsecureHTTP: configuration.allowInsecureHTTP)
-        return try await loop.run(OneShotRequestJob(request: request, configuration: configuration))
+        let job = OneShotRequestJob(request: request, configuration: configuration)
+        do {
+            return try await engine.run(job, host: request.url.host ?? "", kind: .request)
+        } catch let error as CourierError where error.code == .paused {
+            // Cancelled while waiting for a slot: a request is cancelled, not paused.
+            throw CourierError(.cancelled, "the request to \(request.url.absoluteString) was cancelled")
+        }
     }
 }
 

@@ -44,6 +44,26 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
     var stallTimeout: Double?
     /// True while the job has paused its own receiving (backpressure); the watchdog ignores it.
     var isReceivePaused = false
+    /// The job's rate limits, set before it is posted; nil: not metered.
+    var throttle: TransferThrottle?
+    /// While the rate limits hold the job back: when the loop resumes it (uptime nanoseconds).
+    var throttledUntil: UInt64?
+
+    /// The write callback's entry: the rate limits first (a job over them pauses, and the loop
+    /// resumes it when its buckets allow, with the same bytes), then `didReceive`.
+    final func receive(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let throttle else { return didReceive(bytes) }
+        let now = DispatchTime.now().uptimeNanoseconds
+        let seconds = Double(now) / 1e9
+        let wait = throttle.wait(now: seconds)
+        if wait > 0 {
+            throttledUntil = now &+ UInt64(min(wait, 3600) * 1e9)
+            return Self.pauseReceiving
+        }
+        let consumed = didReceive(bytes)
+        if consumed == bytes.count { throttle.take(bytes.count, now: seconds) }
+        return consumed
+    }
 
     /// Sets the options of `easy` (the loop sets the callbacks and private pointer afterwards).
     func configure(_ easy: UnsafeMutableRawPointer) throws {}
@@ -78,6 +98,7 @@ class CurlJob: @unchecked Sendable {  // @unchecked: hooks run on the loop threa
         try CurlOption.check(
             courier_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(min(connectTimeout, configuration.connectTimeout) * 1000)),
             "CURLOPT_CONNECTTIMEOUT_MS")
+        try ProxySettings.apply(to: easy, proxy: configuration.proxy)
         if !configuration.allowInsecureHTTP {
             // Plain http stays on loopback after redirects too: checked per socket, before connecting.
             try CurlOption.check(courier_easy_setopt_opensocket_callback(easy, URLPolicy.openSocket), "CURLOPT_OPENSOCKETFUNCTION")
@@ -229,7 +250,7 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `inbox` is a Mu
                 finish(job, result: courier_multi_message_result(message), stop: nil)
             }
             watchdog()
-            curl_multi_poll(multi, nil, 0, 200, nil)
+            curl_multi_poll(multi, nil, 0, releaseThrottled(), nil)
         }
     }
 
@@ -258,7 +279,7 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `inbox` is a Mu
                         guard let context else { return 0 }
                         let job = Unmanaged<CurlJob>.fromOpaque(context).takeUnretainedValue()
                         let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
-                        return job.didReceive(bytes)
+                        return job.receive(bytes)
                     }, "CURLOPT_WRITEFUNCTION")
                 try CurlOption.check(
                     courier_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION) { data, size, count, context in
@@ -288,7 +309,7 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `inbox` is a Mu
             guard let easy = job.easy, jobs[easy] === job else { return }
             finish(job, result: CURLE_ABORTED_BY_CALLBACK, stop: job.pendingStop ?? .requested)
         case .unpause(let job):
-            guard let easy = job.easy, jobs[easy] === job, job.isReceivePaused else { return }
+            guard let easy = job.easy, jobs[easy] === job, job.isReceivePaused, job.throttledUntil == nil else { return }
             job.isReceivePaused = false
             job.lastActivity = .now()
             // CURLPAUSE_CONT is 0; the macro is not importable. May call the write callback at once.
@@ -305,10 +326,31 @@ final class CurlMultiLoop: @unchecked Sendable {  // @unchecked: `inbox` is a Mu
         curl_easy_cleanup(easy)
     }
 
+    /// Resumes the jobs the rate limits held back whose time has come; returns how long the
+    /// loop may sleep (milliseconds) before the next one is due, 200 at most.
+    private func releaseThrottled() -> Int32 {
+        var now = DispatchTime.now().uptimeNanoseconds
+        for job in Array(jobs.values) {
+            guard let until = job.throttledUntil, until <= now, let easy = job.easy else { continue }
+            job.throttledUntil = nil
+            job.lastActivity = .now()
+            // CURLPAUSE_CONT: libcurl hands the held bytes to the write callback at once.
+            curl_easy_pause(easy, 0)
+        }
+        now = DispatchTime.now().uptimeNanoseconds
+        var sleep: UInt64 = 200_000_000
+        for job in jobs.values {
+            guard let until = job.throttledUntil else { continue }
+            sleep = min(sleep, until > now ? until - now : 0)
+        }
+        return Int32(max(1, (sleep + 999_999) / 1_000_000))
+    }
+
     private func watchdog() {
         let now = DispatchTime.now().uptimeNanoseconds
         for job in Array(jobs.values) {
-            guard let timeout = job.stallTimeout, !job.isReceivePaused else { continue }
+            // A job paused by its own backpressure or by the rate limits is not stalled.
+            guard let timeout = job.stallTimeout, !job.isReceivePaused, job.throttledUntil == nil else { continue }
             let idle = Double(now &- job.lastActivity.uptimeNanoseconds) / 1e9
             if idle > timeout {
                 finish(job, result: CURLE_OPERATION_TIMEDOUT, stop: .stalled)
@@ -502,6 +544,38 @@ extension CurlMultiLoop {
             }
         } onCancel: {
             job.requestStop(.requested)
+        }
+    }
+}
+
+/// Which proxy a request goes through (docs/transfer.md, "Proxies").
+///
+/// With a configured proxy (`transfer.proxy`, `--proxy`), every request goes through it except
+/// the hosts `no_proxy` (or `NO_PROXY`) lists, as with `curl --proxy`. Without one, libcurl reads
+/// `http_proxy`, `https_proxy`, `all_proxy` and `no_proxy` from the environment by itself (Courier
+/// never turns that off), and loopback (`localhost`, 127.0.0.1, ::1) is added to `no_proxy`: a
+/// proxy from the environment is for the outside world, never for a server on this machine (Go's
+/// `ProxyFromEnvironment` does the same). An empty `transfer.proxy` turns every proxy off.
+package enum ProxySettings {
+    /// The hosts that go direct: `no_proxy` as libcurl reads it (`no_proxy`, else `NO_PROXY`),
+    /// plus loopback unless `explicitProxy`. "*" (every host direct) stays as it is.
+    package static func noProxy(environment: [String: String], explicitProxy: Bool) -> String? {
+        let listed = [environment["no_proxy"], environment["NO_PROXY"]].compactMap { $0 }.first { !$0.isEmpty }
+        if explicitProxy { return listed }
+        if listed?.trimmingCharacters(in: .whitespaces) == "*" { return "*" }
+        return ([listed].compactMap { $0 } + ["localhost", "127.0.0.1", "::1"]).joined(separator: ",")
+    }
+
+    /// The process's environment, read once (libcurl reads it at each request; it does not change).
+    private static let environment = ProcessInfo.processInfo.environment
+
+    static func apply(to easy: UnsafeMutableRawPointer, proxy: String?) throws {
+        if let proxy {
+            // The URL may carry credentials: it is never put in a message.
+            try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_PROXY, proxy), "CURLOPT_PROXY")
+        }
+        if let noProxy = noProxy(environment: environment, explicitProxy: proxy != nil) {
+            try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_NOPROXY, noProxy), "CURLOPT_NOPROXY")
         }
     }
 }

@@ -31,6 +31,8 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
     private let writer: PartialFileWriter
     private let requestedOffset: Int64
     private var journal: ResumeJournal
+    /// Seconds this exchange may take at most (what is left of the download's time limit).
+    private let timeLimit: Double?
 
     private var head = DownloadResponseHead(status: 0)
     private var decision: ResponseDecision?
@@ -56,8 +58,10 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
         journal: ResumeJournal,
         requestedOffset: Int64,
         writer: PartialFileWriter,
-        configuration: TransferConfiguration
+        configuration: TransferConfiguration,
+        timeLimit: Double? = nil
     ) {
+        self.timeLimit = timeLimit
         self.request = request
         self.journal = journal
         self.requestedOffset = requestedOffset
@@ -73,9 +77,16 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
         // libcurl's own low-speed limit backs up the watchdog (which also sees paused time).
         _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
         _ = courier_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, Int((configuration.stallTimeout * 2).rounded(.up)))
-        _ = courier_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, configuration.receiveBufferSize)
+        // A metered transfer reads in smaller chunks: each one is a short burst against its limit.
+        let bufferSize = throttle?.receiveBufferSize(upTo: configuration.receiveBufferSize) ?? configuration.receiveBufferSize
+        _ = courier_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, bufferSize)
         _ = courier_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
         _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
+        if let timeLimit {
+            // The rest of the download's time limit: the attempt ends in CURLE_OPERATION_TIMEDOUT.
+            let milliseconds = Int(min(max(1, timeLimit * 1000), Double(Int32.max)))
+            try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, milliseconds), "CURLOPT_TIMEOUT_MS")
+        }
         if requestedOffset > 0 {
             try CurlOption.check(courier_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"), "CURLOPT_RANGE")
         }
@@ -269,13 +280,14 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
         return Self.isRetryable(result) ? .retry(retryAfter: nil, error) : .fail(error)
     }
 
-    /// Connection errors, resets, timeouts and short bodies are retried; TLS trust failures,
-    /// bad URLs and redirect loops are not.
+    /// Connection errors, resets, timeouts and short bodies are retried; errors that cannot heal
+    /// by trying again fail at once: a TLS handshake failure (CURLE_SSL_CONNECT_ERROR: a server
+    /// that does not speak TLS, or no common protocol or cipher), certificate failures, an
+    /// unsupported protocol, bad URLs and redirect loops (curl's `--retry` agrees).
     static func isRetryable(_ code: CURLcode) -> Bool {
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_PARTIAL_FILE, CURLE_OPERATION_TIMEDOUT,
-            CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_HTTP2, CURLE_HTTP2_STREAM,
-            CURLE_SSL_CONNECT_ERROR, CURLE_OK:
+            CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_OK:
             return true
         default:
             return false

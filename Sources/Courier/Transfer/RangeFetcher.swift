@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Logging
 
 /// What one range request brought.
 package enum RangeAnswer: Sendable, Equatable {
@@ -22,19 +23,32 @@ package enum RangeAnswer: Sendable, Equatable {
 /// one response head, not the whole file. Other statuses: 4xx `serverRejected` (403
 /// `notEntitled`), else `network`. The sink runs on the network thread: keep it short (a
 /// positional write); its errors abort the request and are rethrown.
+///
+/// Each request holds one of the engine's content slots and reuses its connections: a delta
+/// update shares the connections (and the limits) of the downloads around it.
 package final class RangeFetcher: Sendable {
-    private let configuration: TransferConfiguration
-    private let loop: CurlMultiLoop
+    private let engine: TransferEngine
+    private let ownsEngine: Bool
 
-    /// A fetcher with its own network thread; call `shutdown()` when done.
+    /// A fetcher with a transfer engine of its own (tests); call `shutdown()` when done.
     package init(configuration: TransferConfiguration = .init()) throws {
-        self.configuration = configuration
-        self.loop = try CurlMultiLoop(name: "courier.ranges", maxConnections: 4)
+        self.engine = try TransferEngine(configuration: configuration, logger: Logger(label: "courier.ranges"))
+        self.ownsEngine = true
     }
 
-    package func shutdown() { loop.shutdown() }
+    /// A fetcher sharing `engine`'s network thread, slots and connection cache.
+    init(engine: TransferEngine) {
+        self.engine = engine
+        self.ownsEngine = false
+    }
 
-    deinit { loop.shutdown() }
+    package func shutdown() {
+        if ownsEngine { engine.shutdown() }
+    }
+
+    deinit {
+        if ownsEngine { engine.shutdown() }
+    }
 
     /// Requests `ranges` (half-open, non-empty, in increasing order, not overlapping) of `url`
     /// in one request with `headers` added.
@@ -45,15 +59,15 @@ package final class RangeFetcher: Sendable {
         headers: [(String, String)] = [],
         sink: @escaping @Sendable (Int64, UnsafeRawBufferPointer) throws -> Void
     ) async throws -> RangeAnswer {
-        try URLPolicy.check(url, allowInsecureHTTP: configuration.allowInsecureHTTP)
+        try URLPolicy.check(url, allowInsecureHTTP: engine.configuration.allowInsecureHTTP)
         guard !ranges.isEmpty, ranges.allSatisfy({ !$0.isEmpty && $0.lowerBound >= 0 && $0.upperBound <= representationLength })
         else {
             throw CourierError(.internal, "a range request needs ranges inside the representation")
         }
-        return try await loop.run(
-            RangeRequestJob(
-                url: url, ranges: ranges, representationLength: representationLength, headers: headers,
-                configuration: configuration, sink: sink))
+        let job = RangeRequestJob(
+            url: url, ranges: ranges, representationLength: representationLength, headers: headers,
+            configuration: engine.configuration, sink: sink)
+        return try await engine.run(job, host: url.host ?? "", kind: .content)
     }
 
     /// The value of a Range header for `ranges`: `bytes=a-b,c-d` (inclusive bounds).

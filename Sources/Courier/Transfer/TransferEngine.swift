@@ -139,22 +139,43 @@ public struct DownloadResult: Sendable, Equatable {
     }
 }
 
-/// Courier's download engine: resumable, pausable, verified downloads over libcurl.
+/// Courier's transfer engine: resumable, pausable, verified downloads over libcurl, and every
+/// other exchange of a process with the network.
 ///
-/// One network thread drives every transfer on a curl multi handle (connection reuse, no
-/// signals); writing, hashing and fsync run on a bounded Dispatch worker pool. Any number of
-/// `download` calls may run at once: the engine runs at most `maxConcurrentTransfers` (and
-/// `maxTransfersPerHost` per host) and queues the rest, so open files and memory stay bounded.
+/// It owns the only curl multi loop of Courier: one network thread drives every transfer on one
+/// multi handle (connection reuse, no signals): whole-file downloads (`download`), range fetches
+/// of delta updates (`rangeFetcher`) and one-shot requests (`httpTransport`: catalog, metadata,
+/// manifest, verifyReceipt, webhook), all through the same `TransferSlots`. Writing, hashing
+/// and fsync run on a bounded Dispatch worker pool. Any number of calls may run at once: the
+/// engine runs at most `maxConcurrentTransfers` (and `maxTransfersPerHost` per host) content
+/// transfers and queues the rest, so open files and memory stay bounded.
 public final class TransferEngine: Sendable {
     public let configuration: TransferConfiguration
     private let logger: Logger
-    private let loop: CurlMultiLoop
-    private let slots: TransferSlots
+    /// The network thread; only this engine starts one (`CurlMultiLoop`'s one owner).
+    let loop: CurlMultiLoop
+    let slots: TransferSlots
     private let workers: WorkerPool
+    /// Who this engine's downloads are for: `.background` ones (the agent's) also meet
+    /// `transfer.backgroundMaxRate`.
+    public let trafficClass: TrafficClass
+    /// The process's shared rate limits (`transfer.maxRate`, `backgroundMaxRate`, `rateSchedule`).
+    package let rateLimiter: RateLimiter
 
-    public init(configuration: TransferConfiguration, logger: Logger) throws {
+    /// Hears every retry of every download of this engine as it is scheduled (before its
+    /// delay), besides the `retrying` closure of each call: the deliver view and the agent's
+    /// log say them.
+    private let onRetry: (@Sendable (TransferRetry) -> Void)?
+
+    public init(
+        configuration: TransferConfiguration, logger: Logger, trafficClass: TrafficClass = .foreground,
+        onRetry: (@Sendable (TransferRetry) -> Void)? = nil
+    ) throws {
         self.configuration = configuration
         self.logger = logger
+        self.onRetry = onRetry
+        self.trafficClass = trafficClass
+        self.rateLimiter = RateLimiter(limits: RateLimits(configuration))
         self.loop = try CurlMultiLoop(
             name: "courier.transfer",
             maxConnections: configuration.maxConcurrentTransfers * 2
@@ -167,9 +188,41 @@ public final class TransferEngine: Sendable {
         )
     }
 
-    /// An `HTTPTransport` sharing this engine's network thread and connection cache.
+    /// An `HTTPTransport` sharing this engine's network thread, slots and connection cache.
     public var httpTransport: any HTTPTransport {
-        CurlHTTPTransport(configuration: configuration, loop: loop)
+        CurlHTTPTransport(engine: self)
+    }
+
+    /// A `RangeFetcher` sharing this engine's network thread, slots and connection cache.
+    package var rangeFetcher: RangeFetcher {
+        RangeFetcher(engine: self)
+    }
+
+    /// Content transfers holding a slot now, and callers waiting for one.
+    package var slotUse: (active: Int, waiting: Int) {
+        (slots.active, slots.waiting)
+    }
+
+    /// Runs `job` on the network thread once it holds a slot of `kind` for `host`; the slot is
+    /// released when the job ends. Cancelling the caller while it waits throws `.paused`.
+    func run<Value>(_ job: AwaitedJob<Value>, host: String, kind: TransferSlots.Kind) async throws -> Value {
+        // Content (range fetches) is metered like downloads; small requests are not.
+        if kind == .content { job.throttle = makeThrottle() }
+        try await slots.acquire(host: host, kind: kind)
+        defer { slots.release(host: host) }
+        return try await loop.run(job)
+    }
+
+    /// Replaces the shared rate limits (a configuration reloaded): running transfers follow
+    /// from their next chunk on, without a restart.
+    public func updateRateLimits(_ limits: RateLimits) {
+        rateLimiter.update(limits)
+    }
+
+    /// The metering of one transfer: its own `limitRate` and the engine's shared limits.
+    /// Every content transfer is metered (a limit set later applies to it too).
+    func makeThrottle() -> TransferThrottle {
+        TransferThrottle(limiter: rateLimiter, trafficClass: trafficClass, perTransfer: configuration.limitRate)
     }
 
     /// Pauses every running download (they throw `.paused`) and ends the network thread.
@@ -257,6 +310,9 @@ public final class TransferEngine: Sendable {
         var fallbacks: [Int64] = []
         if resumedFrom > opened.journal.durableOffset { fallbacks.append(opened.journal.durableOffset) }
         if opened.fromAnotherURL && resumedFrom > 0 && fallbacks.last != 0 { fallbacks.append(0) }
+        var attempts = TransferAttempts(
+            policy: configuration.retryPolicy, sourceCount: 1 + request.mirrors.count, url: request.url,
+            fallbacks: fallbacks, start: Self.now(), timeLimit: configuration.maxTime)
 
         var length: Int64
         var digest: String
@@ -268,7 +324,7 @@ public final class TransferEngine: Sendable {
             if request.url.isFileURL {
                 try await copyLocalFile(request, writer: writer, logger: logger)
             } else {
-                try await transfer(request, writer: writer, store: store, logger: logger, retrying: retrying)
+                try await transfer(request, attempts: &attempts, writer: writer, store: store, logger: logger, retrying: retrying)
             }
             let syncs = request.durability == .onCompletion
             // One hop to the writer's queue for the end (each is a thread hand-off and back):
@@ -283,10 +339,10 @@ public final class TransferEngine: Sendable {
                 if request.resetsJournalWhenPlaced { try store.remove(downloadId: request.id) }
                 return (length, digest, writer.bytesWrittenThisRun, journal, true, writer.retainedBody)
             }
-            guard !placed, let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length,
-                !fallbacks.isEmpty
+            guard !placed, let expected = request.expectedSHA256, expected != digest, length == request.expectedLength ?? length
             else { break }
-            let fallback = fallbacks.removeFirst()
+            let mismatch = CourierError(.integrity, "SHA-256 is \(digest), expected \(expected)")
+            guard case .fallBack(let fallback) = attempts.next(after: .verificationFailed(mismatch), now: Self.now()) else { break }
             logger.debug(
                 "SHA-256 mismatch after a resume: fetching again",
                 metadata: ["from": "\(fallback)", "resumed-from": "\(resumedFrom)"])
@@ -320,31 +376,31 @@ public final class TransferEngine: Sendable {
         return result
     }
 
-    /// Runs attempts (with retries, restarts and pauses) until the body is complete on disk
-    /// from the writer's current offset.
+    /// Runs attempts until the body is complete on disk from the writer's current offset: each
+    /// attempt's outcome goes to `attempts`, whose action (retry, hand over, restart, pause,
+    /// fail) is performed here.
     private func transfer(
         _ request: DownloadRequest,
+        attempts: inout TransferAttempts,
         writer: PartialFileWriter,
         store: any ResumeJournalStore,
         logger: Logger,
         retrying: (@Sendable (TransferRetry) -> Void)?
     ) async throws {
-        let backoff = Backoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff)
-        var retries = 0
-        var restarts = 0
         // The request's URL first, then its mirrors in order.
         let sources = [request.url] + request.mirrors
-        var current = 0
-        /// Hands the download over to the next source, resuming where this one stopped.
-        func handOver(after error: CourierError) async throws {
-            current = (current + 1) % sources.count
-            let url = sources[current]
-            logger.debug(
-                "handing over to another URL", metadata: ["url": "\(url.absoluteString)", "error": "\(error)"])
-            try await writer.perform { try writer.switchSource(to: url) }
-        }
+        // One throttle for all the attempts of the download: a retry does not get a new burst.
+        let throttle = makeThrottle()
+        var current = attempts.source
         while true {
             if Task.isCancelled { try await pause(writer, logger: logger) }
+            if current != attempts.source {
+                // Hands the download over to another source, resuming where this one stopped.
+                current = attempts.source
+                let url = sources[current]
+                logger.debug("handing over to another URL", metadata: ["url": "\(url.absoluteString)"])
+                try await writer.perform { try writer.switchSource(to: url) }
+            }
             let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
             var attemptRequest = request
             attemptRequest.url = sources[current]
@@ -355,9 +411,12 @@ public final class TransferEngine: Sendable {
                 journal: journal,
                 requestedOffset: offset,
                 writer: writer,
-                configuration: configuration
+                configuration: configuration,
+                timeLimit: attempts.remaining(at: Self.now())
             )
-            let outcome = try await loop.run(job)  // an outcome, never an error
+            job.throttle = throttle
+            // An outcome, never an error. The download holds its slot from `download`.
+            let outcome = try await loop.run(job)
             // Every accepted byte is on its way to the writer; wait until it is written.
             _ = try? await writer.perform {}
             if let error = writer.error {
@@ -365,14 +424,21 @@ public final class TransferEngine: Sendable {
                 logger.debug("download stopped by the disk", metadata: ["error": "\(error)"])
                 throw error
             }
+            let event: TransferAttempts.Event
             switch outcome {
-            case .completed, .alreadyComplete:
+            case .completed, .alreadyComplete: event = .completed
+            case .restartFromZero: event = .restartFromZero
+            case .paused: event = .paused
+            case .writerFailed: throw writer.error ?? CourierError(.io, "writing \(request.partialFile.path) failed")
+            case .fail(let error): event = .failed(error)
+            case .retry(let retryAfter, let error): event = .retryable(error, retryAfter: retryAfter, receivedBytes: job.receivedBytes)
+            }
+            switch attempts.next(after: event, now: Self.now()) {
+            case .finish:
                 return
+            case .pause:
+                try await pause(writer, logger: logger)
             case .restartFromZero:
-                restarts += 1
-                guard restarts <= 3 else {
-                    throw CourierError(.network, "\(request.url.absoluteString) keeps changing during the download")
-                }
                 logger.debug("resource changed: starting over")
                 var fresh = journal
                 fresh.etag = nil
@@ -381,14 +447,12 @@ public final class TransferEngine: Sendable {
                 fresh.durableOffset = 0
                 let restarted = fresh
                 try await writer.perform { try writer.restart(with: restarted) }
-            case .paused:
-                try await pause(writer, logger: logger)
-            case .writerFailed:
-                throw writer.error ?? CourierError(.io, "writing \(request.partialFile.path) failed")
-            case .fail(let error) where (error.code == .network || error.code == .serverRejected) && current + 1 < sources.count:
-                // This origin refuses (a 404 on a mirror that lacks the file, say): the next one.
+            case .handOver(_, let error):
+                logger.debug("source failed: handing over", metadata: ["error": "\(error)"])
                 try? await writer.perform { try writer.checkpoint() }
-                try await handOver(after: error)
+            case .fallBack:
+                // Only after a verification, which `download` handles.
+                return
             case .fail(let error):
                 if error.code == .integrity {
                     // The server announced the wrong file: keep nothing of it.
@@ -397,24 +461,14 @@ public final class TransferEngine: Sendable {
                 } else {
                     try? await writer.perform { try writer.checkpoint() }
                 }
+                logger.debug("download failed", metadata: ["error": "\(error)"])
                 throw error
-            case .retry(let retryAfter, let error):
-                if job.receivedBytes > 0 { retries = 0 }
+            case .retry(let retry, let maxRetries, _, let delay, let error):
                 try? await writer.perform { try writer.checkpoint() }
-                if sources.count > 1 {
-                    // A failing origin hands over to the next at once; a retry (and its wait)
-                    // counts once every source has failed in turn.
-                    try await handOver(after: error)
-                    if current != 0 { continue }
-                }
-                retries += 1
-                guard retries <= configuration.maxRetries else {
-                    logger.debug("giving up after retries", metadata: ["error": "\(error)"])
-                    throw error
-                }
-                let delay = backoff.delay(attempt: retries, retryAfter: retryAfter)
-                logger.debug("retrying", metadata: ["error": "\(error)", "delay": "\(delay)", "retry": "\(retries)"])
-                retrying?(TransferRetry(id: request.id, retry: retries, maxRetries: configuration.maxRetries, delay: delay, error: error))
+                logger.debug("retrying", metadata: ["error": "\(error)", "delay": "\(delay)", "retry": "\(retry)"])
+                let scheduled = TransferRetry(id: request.id, retry: retry, maxRetries: maxRetries ?? 0, delay: delay, error: error)
+                retrying?(scheduled)
+                onRetry?(scheduled)
                 do {
                     try await Task.sleep(nanoseconds: UInt64(delay * 1e9))
                 } catch {
@@ -422,6 +476,11 @@ public final class TransferEngine: Sendable {
                 }
             }
         }
+    }
+
+    /// Seconds on the monotonic clock (the attempts' deadline).
+    static func now() -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds) / 1e9
     }
 
     /// Checkpoints and throws `.paused`, saying where the download stopped.

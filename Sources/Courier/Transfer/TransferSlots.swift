@@ -4,10 +4,28 @@ import Synchronization
 /// The engine's admission control: at most `total` transfers at once, and `perHost` per host.
 /// Callers beyond the limits wait in FIFO order (a waiter for a busy host does not hold back
 /// one for a free host). Cancelling a waiting caller makes it throw `.paused`.
+///
+/// Every exchange of the engine holds a slot: whole-file downloads and range fetches as
+/// `.content`, one-shot requests (catalog, metadata, manifest, verifyReceipt, webhook) as
+/// `.request`. A request may use `requestReserve` slots beyond the limits and is admitted before
+/// any waiting content transfer, so a catalog or receipt check never waits for a large download
+/// to finish, while the number of connections stays bounded.
 final class TransferSlots: Sendable {
+    /// What a slot is for.
+    enum Kind: Sendable, Equatable {
+        /// Bytes of content: a whole-file download or a range fetch.
+        case content
+        /// A small one-shot request answered in memory.
+        case request
+    }
+
+    /// Slots beyond `total` (and `perHost`) that one-shot requests may use.
+    static let requestReserve = 4
+
     private struct Waiter {
         var id: UInt64
         var host: String
+        var kind: Kind
         var continuation: CheckedContinuation<Void, any Error>
     }
 
@@ -19,8 +37,15 @@ final class TransferSlots: Sendable {
         var waiters: [Waiter] = []
         var nextId: UInt64 = 0
 
-        func canRun(_ host: String) -> Bool {
-            running < total && runningByHost[host, default: 0] < perHost
+        func canRun(_ host: String, kind: Kind) -> Bool {
+            let extra = kind == .request ? TransferSlots.requestReserve : 0
+            return running < total + extra && runningByHost[host, default: 0] < perHost + extra
+        }
+
+        /// Whether a new caller of `kind` must queue behind waiters already there: a request
+        /// only behind other requests.
+        func mustQueue(_ kind: Kind) -> Bool {
+            kind == .request ? waiters.contains { $0.kind == .request } : !waiters.isEmpty
         }
 
         mutating func take(_ host: String) {
@@ -45,7 +70,7 @@ final class TransferSlots: Sendable {
     /// Callers waiting for a slot now.
     var waiting: Int { state.withLock { $0.waiters.count } }
 
-    func acquire(host: String) async throws {
+    func acquire(host: String, kind: Kind = .content) async throws {
         let id = state.withLock { state in
             state.nextId += 1
             return state.nextId
@@ -55,8 +80,8 @@ final class TransferSlots: Sendable {
                 enum Admission { case refused, admitted, queued }
                 let admission = state.withLock { state -> Admission in
                     if Task.isCancelled { return .refused }
-                    guard state.waiters.isEmpty && state.canRun(host) else {
-                        state.waiters.append(Waiter(id: id, host: host, continuation: continuation))
+                    guard !state.mustQueue(kind) && state.canRun(host, kind: kind) else {
+                        state.waiters.append(Waiter(id: id, host: host, kind: kind, continuation: continuation))
                         return .queued
                     }
                     state.take(host)
@@ -79,14 +104,18 @@ final class TransferSlots: Sendable {
             state.runningByHost[host, default: 1] -= 1
             if state.runningByHost[host] == 0 { state.runningByHost[host] = nil }
             var admitted: [Waiter] = []
-            var index = 0
-            while index < state.waiters.count && state.running < state.total {
-                if state.canRun(state.waiters[index].host) {
-                    let waiter = state.waiters.remove(at: index)
-                    state.take(waiter.host)
-                    admitted.append(waiter)
-                } else {
-                    index += 1
+            // Requests first, then content transfers, each in the order they came.
+            for kind in [Kind.request, .content] {
+                var index = 0
+                while index < state.waiters.count {
+                    let waiter = state.waiters[index]
+                    if waiter.kind == kind && state.canRun(waiter.host, kind: kind) {
+                        state.waiters.remove(at: index)
+                        state.take(waiter.host)
+                        admitted.append(waiter)
+                    } else {
+                        index += 1
+                    }
                 }
             }
             return admitted

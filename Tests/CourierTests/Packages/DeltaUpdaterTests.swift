@@ -88,11 +88,12 @@ struct DeltaUpdaterTests {
             var transfer = TransferConfiguration()
             transfer.connectTimeout = 5
             transfer.stallTimeout = 5
-            let http = try CurlHTTPTransport(configuration: transfer)
+            let engine = try TransferEngine(configuration: transfer, logger: Logger(label: "test"))
+            let http = CurlHTTPTransport(engine: engine, owning: true)
             var configuration = DeltaUpdater.Configuration()
             configuration.allowReflink = allowReflink
             configure(&configuration)
-            return (DeltaUpdater(placer: placer, transfer: transfer, http: http, configuration: configuration, logger: Logger(label: "test")), http)
+            return (DeltaUpdater(placer: placer, engine: engine, configuration: configuration, logger: Logger(label: "test")), http)
         }
 
         /// The installed folder's files, by path below `Contents/`.

@@ -89,12 +89,12 @@ struct ResponseDecisionTests {
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         let later = formatter.string(from: now.addingTimeInterval(120))
         #expect(ResponseDecision.parseRetryAfter(later, now: now) == 120)
-        let backoff = Backoff(initial: 1, maximum: 10)
-        #expect(backoff.delay(attempt: 1, retryAfter: nil, random: 0) == 0.5)
-        #expect(backoff.delay(attempt: 3, retryAfter: nil, random: 1) == 4)
-        #expect(backoff.delay(attempt: 10, retryAfter: nil, random: 1) == 10)
-        #expect(backoff.delay(attempt: 1, retryAfter: 60, random: 0) == 10)
-        #expect(backoff.delay(attempt: 1, retryAfter: 3, random: 0) == 3)
+        let backoff = RetryPolicy(maxRetries: 5, backoffBase: 1, backoffMax: 10)
+        #expect(backoff.delay(retry: 1, retryAfter: nil, random: 0) == 0.5)
+        #expect(backoff.delay(retry: 3, retryAfter: nil, random: 1) == 4)
+        #expect(backoff.delay(retry: 10, retryAfter: nil, random: 1) == 10)
+        #expect(backoff.delay(retry: 1, retryAfter: 60, random: 0) == 10)
+        #expect(backoff.delay(retry: 1, retryAfter: 3, random: 0) == 3)
     }
 
     @Test("Content-Range parsing refuses nonsense")

@@ -16,7 +16,7 @@ public enum FuzzTargets {
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
         "notification", "response-head", "request-path", "manifest", "multipart", "postgres-url", "authorize",
-        "prestage-plan", "tuf-metadata",
+        "prestage-plan", "tuf-metadata", "rate",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -40,6 +40,7 @@ public enum FuzzTargets {
         case "authorize": authorize(data)
         case "prestage-plan": prestagePlan(data)
         case "tuf-metadata": tufMetadata(data)
+        case "rate": rate(data)
         default: return false
         }
         return true
@@ -131,6 +132,23 @@ public enum FuzzTargets {
         let value = parts.count > 1 ? String(parts[1]) : ""
         if let token = RequestTarget.bearer(value) {
             precondition(!token.isEmpty && value.contains(token) && token.first != " " && token.last != " ")
+        }
+    }
+
+    /// A rate in curl's syntax (`--limit-rate`, `transfer.maxRate`), then the same bytes as a
+    /// `transfer.rateSchedule` document: an accepted rate is positive, within the maximum and
+    /// written back to the same rate; an accepted window has its minutes inside the day.
+    static func rate(_ data: Data) {
+        let text = String(decoding: data, as: UTF8.self)
+        if let rate = try? ByteRate(parsing: text) {
+            precondition(rate.bytesPerSecond >= 1 && rate.bytesPerSecond <= ByteRate.maximum)
+            precondition((try? ByteRate(parsing: rate.description)) == rate)
+        }
+        if let minute = RateScheduleWindow.minuteOfDay(text) { precondition((0...1440).contains(minute)) }
+        if let configuration = try? CourierConfiguration.decode(Data("{\"transfer\": {\"rateSchedule\": \(text)}}".utf8)) {
+            for window in configuration.transfer.rateSchedule {
+                precondition((0...1440).contains(window.from) && (0...1440).contains(window.to) && window.from != window.to)
+            }
         }
     }
 

@@ -1,0 +1,229 @@
+import Foundation
+import Synchronization
+
+/// A token bucket: `rate` tokens (bytes) a second, at most `burst` saved up. Pure: the caller
+/// passes the time (seconds on a monotonic clock).
+///
+/// A receiver may take more than the bucket holds (a chunk libcurl already read): the bucket
+/// goes into debt and `wait` says how long until it is out of it, so over any long window the
+/// bytes taken are `rate × window + burst` at most, whatever the chunk sizes.
+struct TokenBucket: Sendable, Equatable {
+    private(set) var rate: Double
+    private(set) var burst: Double
+    private(set) var tokens: Double
+    private(set) var updated: Double
+
+    /// A full bucket of `rate` bytes a second at `now`.
+    init(rate: Int64, now: Double) {
+        self.rate = Double(max(1, rate))
+        self.burst = Self.burst(for: self.rate)
+        self.tokens = burst
+        self.updated = now
+    }
+
+    /// What may be saved up: an eighth of a second at the rate, at least 16 KiB (one TLS record
+    /// and a few TCP segments), so a limit holds within a few percent over any second.
+    static func burst(for rate: Double) -> Double {
+        max(16 * 1024, rate / 8)
+    }
+
+    /// Adds the tokens earned since the last update (a clock that went back earns nothing).
+    mutating func refill(now: Double) {
+        guard now > updated else { return }
+        tokens = min(burst, tokens + (now - updated) * rate)
+        updated = now
+    }
+
+    /// Seconds until a receiver may take bytes again (0: now).
+    mutating func wait(now: Double) -> Double {
+        refill(now: now)
+        return tokens > 0 ? 0 : (1 - tokens) / rate
+    }
+
+    /// Takes `bytes` (possibly into debt).
+    mutating func take(_ bytes: Int, now: Double) {
+        refill(now: now)
+        tokens -= Double(max(0, bytes))
+    }
+
+    /// Changes the rate from `now` on; tokens earned so far count at the old rate, debt stays.
+    mutating func setRate(_ rate: Int64, now: Double) {
+        refill(now: now)
+        self.rate = Double(max(1, rate))
+        self.burst = Self.burst(for: self.rate)
+        tokens = min(tokens, burst)
+    }
+}
+
+/// Who a transfer is for: the user waiting at a terminal, or the agent and automatic updates in
+/// the background (`transfer.backgroundMaxRate`).
+public enum TrafficClass: String, Sendable, Codable {
+    case foreground
+    case background
+}
+
+/// The process-wide rate limits of a transfer engine: `transfer.maxRate` for every download of
+/// the process together, `transfer.backgroundMaxRate` for the background ones together, and
+/// `transfer.rateSchedule`'s windows replacing both at their times of day. Pure.
+public struct RateLimits: Sendable, Equatable {
+    public var maxRate: ByteRate?
+    public var backgroundMaxRate: ByteRate?
+    public var schedule: [RateScheduleWindow]
+
+    public init(maxRate: ByteRate? = nil, backgroundMaxRate: ByteRate? = nil, schedule: [RateScheduleWindow] = []) {
+        self.maxRate = maxRate
+        self.backgroundMaxRate = backgroundMaxRate
+        self.schedule = schedule
+    }
+
+    public init(_ configuration: TransferConfiguration) {
+        self.init(
+            maxRate: configuration.maxRate, backgroundMaxRate: configuration.backgroundMaxRate, schedule: configuration.rateSchedule)
+    }
+
+    /// The limits in force at `minute` after local midnight: the first window holding it, else
+    /// the keys outside any window.
+    public func effective(atMinute minute: Int) -> (maxRate: ByteRate?, backgroundMaxRate: ByteRate?) {
+        if let window = schedule.first(where: { $0.contains(minute: minute) }) {
+            return (window.maxRate, window.backgroundMaxRate)
+        }
+        return (maxRate, backgroundMaxRate)
+    }
+
+    /// Whether any limit can ever apply (otherwise transfers are not metered at all).
+    public var isEmpty: Bool {
+        maxRate == nil && backgroundMaxRate == nil && schedule.allSatisfy { $0.maxRate == nil && $0.backgroundMaxRate == nil }
+    }
+}
+
+/// The shared buckets of one transfer engine (global, background). Transfers meter through a
+/// `TransferThrottle` each; the schedule is looked at again each second, and `update` applies
+/// new limits (a configuration reloaded) at once, to running transfers too.
+package final class RateLimiter: Sendable {
+    private struct State {
+        var limits: RateLimits
+        var global: TokenBucket?
+        var background: TokenBucket?
+        /// When the schedule was last looked at (monotonic seconds); nil: never.
+        var checked: Double?
+    }
+
+    private let state: Mutex<State>
+    /// Minutes after local midnight now (a parameter so tests can move the clock).
+    private let minuteOfDay: @Sendable () -> Int
+
+    package init(limits: RateLimits, minuteOfDay: @escaping @Sendable () -> Int = RateLimiter.localMinuteOfDay) {
+        self.state = Mutex(State(limits: limits))
+        self.minuteOfDay = minuteOfDay
+    }
+
+    /// Replaces the limits; running transfers follow from their next chunk on.
+    package func update(_ limits: RateLimits) {
+        state.withLock { state in
+            state.limits = limits
+            state.checked = nil
+        }
+    }
+
+    package var limits: RateLimits { state.withLock { $0.limits } }
+
+    /// The limits in force now (bytes per second), as the buckets hold them.
+    package func current(now: Double) -> (maxRate: Int64?, backgroundMaxRate: Int64?) {
+        state.withLock { state in
+            refresh(&state, now: now)
+            return (state.global.map { Int64($0.rate) }, state.background.map { Int64($0.rate) })
+        }
+    }
+
+    /// Seconds until a transfer of `trafficClass` may receive again (0: now).
+    func wait(_ trafficClass: TrafficClass, now: Double) -> Double {
+        state.withLock { state in
+            refresh(&state, now: now)
+            var wait = state.global?.wait(now: now) ?? 0
+            if trafficClass == .background, let background = state.background?.wait(now: now) { wait = max(wait, background) }
+            return wait
+        }
+    }
+
+    /// Counts `bytes` received by a transfer of `trafficClass`.
+    func take(_ bytes: Int, _ trafficClass: TrafficClass, now: Double) {
+        state.withLock { state in
+            refresh(&state, now: now)
+            state.global?.take(bytes, now: now)
+            if trafficClass == .background { state.background?.take(bytes, now: now) }
+        }
+    }
+
+    /// Looks at the schedule again when a second has passed: buckets appear, change rate or go.
+    private func refresh(_ state: inout State, now: Double) {
+        if let checked = state.checked, now - checked < 1, now >= checked { return }
+        state.checked = now
+        let (maxRate, backgroundMaxRate) = state.limits.effective(atMinute: state.limits.schedule.isEmpty ? 0 : minuteOfDay())
+        Self.set(&state.global, to: maxRate, now: now)
+        Self.set(&state.background, to: backgroundMaxRate, now: now)
+    }
+
+    private static func set(_ bucket: inout TokenBucket?, to rate: ByteRate?, now: Double) {
+        guard let rate else {
+            bucket = nil
+            return
+        }
+        if bucket == nil {
+            bucket = TokenBucket(rate: rate.bytesPerSecond, now: now)
+        } else if bucket?.rate != Double(rate.bytesPerSecond) {
+            bucket?.setRate(rate.bytesPerSecond, now: now)
+        }
+    }
+
+    /// Minutes after local midnight now.
+    package static let localMinuteOfDay: @Sendable () -> Int = {
+        var seconds = time(nil)
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return 0 }
+        return Int(parts.tm_hour) * 60 + Int(parts.tm_min)
+    }
+
+    /// Seconds on the monotonic clock.
+    static func now() -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+    }
+}
+
+/// The metering of one transfer: its own bucket (`get --limit-rate`, curl's per-transfer
+/// limit) and its engine's shared ones. Used on the network thread only, by the job it belongs
+/// to (`CurlJob.throttle`).
+final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to one job before it is posted, then used on the loop thread only.
+    let limiter: RateLimiter?
+    let trafficClass: TrafficClass
+    private var own: TokenBucket?
+
+    init(limiter: RateLimiter?, trafficClass: TrafficClass, perTransfer: ByteRate?, now: Double = RateLimiter.now()) {
+        self.limiter = limiter
+        self.trafficClass = trafficClass
+        self.own = perTransfer.map { TokenBucket(rate: $0.bytesPerSecond, now: now) }
+    }
+
+    /// Seconds until the transfer may receive again (0: now).
+    func wait(now: Double) -> Double {
+        max(own?.wait(now: now) ?? 0, limiter?.wait(trafficClass, now: now) ?? 0)
+    }
+
+    /// Counts `bytes` the transfer received.
+    func take(_ bytes: Int, now: Double) {
+        own?.take(bytes, now: now)
+        limiter?.take(bytes, trafficClass, now: now)
+    }
+
+    /// The receive buffer a metered transfer should use: small enough that one chunk is a
+    /// short burst (a sixteenth of a second at the tightest rate), 16 KiB at least.
+    func receiveBufferSize(upTo configured: Int, now: Double = RateLimiter.now()) -> Int {
+        var tightest = own.map { Int64($0.rate) }
+        if let current = limiter?.current(now: now) {
+            for rate in [current.maxRate, trafficClass == .background ? current.backgroundMaxRate : nil].compactMap({ $0 }) {
+                tightest = min(tightest ?? rate, rate)
+            }
+        }
+        guard let tightest else { return configured }
+        return min(configured, max(16 * 1024, Int(min(tightest / 16, Int64(Int32.max)))))
+    }
+}
