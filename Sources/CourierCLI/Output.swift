@@ -126,7 +126,8 @@ final class Output: Sendable {
                 emit(object)
             } else {
                 var text = "courier: \(error.message)"
-                if let cause = error.cause { text += " (\(cause))" }
+                // Not "answered HTTP 404 (HTTP 404)": a cause the message already says is left out.
+                if let cause = error.cause, !error.message.contains(cause) { text += " (\(cause))" }
                 note(text)
                 if let hint = error.hint { note("courier: \(hint)") }
             }

@@ -12,8 +12,12 @@ extension CourierError {
         let reserve = max(reserve, 0)
         let needed = SpaceCheck.sum(bytes, reserve)
         let free = max(available, 0)
+        // Before a length is known (a server that has not answered yet) only the reserve is
+        // checked: say so, not "0 B + 64 MiB reserve needed".
         let what = reserve > 0
-            ? "\(readableBytes(bytes)) + \(readableBytes(reserve)) reserve (\(reserveSetting)) needed"
+            ? (bytes == 0
+                ? "the \(readableBytes(reserve)) reserve (\(reserveSetting)) must stay free"
+                : "\(readableBytes(bytes)) + \(readableBytes(reserve)) reserve (\(reserveSetting)) needed")
             : "\(readableBytes(bytes)) needed"
         let missing = needed == .max ? "more than any disk holds" : readableBytes(needed - free)
         let lower = reserve > 0 ? ", or lower \(reserveSetting)" : ""

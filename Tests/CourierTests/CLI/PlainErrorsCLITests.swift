@@ -83,6 +83,27 @@ struct PlainErrorsCLITests {
             #expect(try Data(contentsOf: out.appendingPathComponent(name)) == Data(contentsOf: served.appendingPathComponent(name)))
         }
         #expect(!piped.stderr.contains("NSCocoaErrorDomain"))
+
+        // A cause the message already says is not said twice: not "answered HTTP 404 (HTTP 404)".
+        let missing = try CourierBinary.run(
+            ["get", nginx.url("/missing.bin").absoluteString, "-o", directory.appending("missing.bin").path, "--config", config.path],
+            environment: environment(directory))
+        #expect(missing.status == 8)
+        #expect(missing.stderr.contains("answered HTTP 404"), "\(missing.stderr)")
+        #expect(!missing.stderr.contains("(HTTP 404)"), "\(missing.stderr)")
+    }
+
+    @Test("a space refusal before any length is known names the reserve, not '0 B + reserve'")
+    func reserveOnlyShortage() {
+        let before = CourierError.notEnoughSpace(
+            at: "/data", bytes: 0, reserve: 64 << 20, reserveSetting: "transfer.diskReserve", available: 20 << 20)
+        #expect(before.message == "not enough disk space at /data: the 64 MiB reserve (transfer.diskReserve) must stay free, 20 MiB free")
+        #expect(before.hint == "free 44 MiB there, or lower transfer.diskReserve; then resume")
+        let known = CourierError.notEnoughSpace(
+            at: "/data", bytes: 3 << 20, reserve: 64 << 20, reserveSetting: "transfer.diskReserve", available: 20 << 20)
+        #expect(known.message.contains("3 MiB + 64 MiB reserve (transfer.diskReserve) needed"))
+        let none = CourierError.notEnoughSpace(at: "/data", bytes: 3 << 20, reserve: 0, reserveSetting: "transfer.diskReserve", available: 1 << 20)
+        #expect(none.hint == "free 2 MiB there; then resume", "no advice to lower a reserve that is 0")
     }
 
     @Test("sandbox purchase takes --purchase-date -60d as written")
