@@ -52,6 +52,12 @@ struct EnqueueCommand: AsyncParsableCommand {
             }
         }
         if output.json { output.emit(["event": "enqueued", "transactions": lines, "agent": via != nil]) }
+        // Queued with no agent to take it: nothing moves until one runs. Say so, and how.
+        if via == nil, !output.json, result.downloads.contains(where: { $0.state == .waiting }) {
+            output.info(
+                "courier: no agent runs on this store, so nothing downloads yet: start one (`courier agent`, or the "
+                    + "systemd unit) or deliver here with `courier resume --all`")
+        }
         if let notInCatalog = result.notInCatalogError { throw notInCatalog }
     }
 }

@@ -64,6 +64,20 @@ public enum CourierBinary {
         return process
     }
 
+    /// An environment in which every default of Courier's points into `directory`: HOME, the
+    /// XDG folders, and COURIER_STORAGE/COURIER_CONFIG/COURIER_LOG emptied (empty means unset);
+    /// no agent is asked. `extra` is laid over it.
+    public static func isolatedEnvironment(_ directory: TemporaryDirectory, _ extra: [String: String] = [:]) -> [String: String] {
+        var environment = [
+            "HOME": directory.appending("home").path,
+            "XDG_DATA_HOME": directory.appending("data").path,
+            "XDG_CONFIG_HOME": directory.appending("config").path,
+            "COURIER_STORAGE": "", "COURIER_CONFIG": "", "COURIER_LOG": "", "COURIER_NO_AGENT": "1",
+        ]
+        environment.merge(extra) { $1 }
+        return environment
+    }
+
     /// Runs `courier ARGS` to completion and returns its exit status and output.
     public static func run(
         _ arguments: [String],

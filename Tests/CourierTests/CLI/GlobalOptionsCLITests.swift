@@ -13,12 +13,7 @@ import Glibc
 @Suite("Global options anywhere, usage errors, -q for cron (the built courier binary)")
 struct GlobalOptionsCLITests {
     private func environment(_ directory: TemporaryDirectory) -> [String: String] {
-        [
-            "HOME": directory.appending("home").path,
-            "XDG_DATA_HOME": directory.appending("data").path,
-            "XDG_CONFIG_HOME": directory.appending("config").path,
-            "COURIER_STORAGE": "", "COURIER_CONFIG": "", "COURIER_LOG": "", "COURIER_NO_AGENT": "1",
-        ]
+        CourierBinary.isolatedEnvironment(directory)
     }
 
     /// A store at `root` with one waiting download.

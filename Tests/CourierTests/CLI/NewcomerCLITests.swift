@@ -17,14 +17,7 @@ struct NewcomerCLITests {
     /// An environment with every default of Courier's pointing into `directory`: HOME, the XDG
     /// folders, and COURIER_STORAGE/COURIER_CONFIG/COURIER_LOG emptied (empty means unset).
     private func environment(_ directory: TemporaryDirectory, _ extra: [String: String] = [:]) -> [String: String] {
-        var environment = [
-            "HOME": directory.appending("home").path,
-            "XDG_DATA_HOME": directory.appending("data").path,
-            "XDG_CONFIG_HOME": directory.appending("config").path,
-            "COURIER_STORAGE": "", "COURIER_CONFIG": "", "COURIER_LOG": "", "COURIER_NO_AGENT": "1",
-        ]
-        environment.merge(extra) { $1 }
-        return environment
+        CourierBinary.isolatedEnvironment(directory, extra)
     }
 
     /// A folder to run in, holding neither ./Storage nor ./Config.

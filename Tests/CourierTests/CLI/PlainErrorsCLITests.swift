@@ -13,12 +13,7 @@ import Glibc
 @Suite("Plain errors and curl habits (the built courier binary)")
 struct PlainErrorsCLITests {
     private func environment(_ directory: TemporaryDirectory) -> [String: String] {
-        [
-            "HOME": directory.appending("home").path,
-            "XDG_DATA_HOME": directory.appending("data").path,
-            "XDG_CONFIG_HOME": directory.appending("config").path,
-            "COURIER_STORAGE": "", "COURIER_CONFIG": "", "COURIER_LOG": "", "COURIER_NO_AGENT": "1",
-        ]
+        CourierBinary.isolatedEnvironment(directory)
     }
 
     /// Foundation's dumps, which must never be printed.

@@ -80,6 +80,26 @@ struct PurchaseOutcomeCLITests {
         #expect(try transactions(shop)["com.example.coins"] == "finished")
     }
 
+    @Test("enqueue with no agent says nothing downloads until one runs, and how; not under -q")
+    func enqueueWithoutAgent() throws {
+        let shop = try Shop(payloadSize: 1024)
+        defer { shop.stop() }
+        let receipt = try shop.receipt(["com.example.levels"])
+        var arguments = shop.deliverArguments(receipt)
+        arguments[0] = "enqueue"
+        let enqueued = try shop.courier(arguments)
+        #expect(enqueued.status == 0, "\(enqueued.stderr)")
+        #expect(enqueued.stdout.contains("queued "), "\(enqueued.stdout)")
+        #expect(enqueued.stderr.contains("no agent runs on this store"), "\(enqueued.stderr)")
+        #expect(enqueued.stderr.contains("courier resume --all"), "\(enqueued.stderr)")
+        let receipt2 = try shop.receipt(["com.example.music"])
+        var quiet = shop.deliverArguments(receipt2)
+        quiet[0] = "enqueue"
+        let silent = try shop.courier(quiet + ["-q"])
+        #expect(silent.status == 0, "\(silent.stderr)")
+        #expect(silent.stdout.isEmpty && silent.stderr.isEmpty, "\(silent.stdout)\(silent.stderr)")
+    }
+
     @Test("a cancelled download is queued again by resume ID (not by resume --all), and delivered")
     func wayBackFromCancel() throws {
         let shop = try Shop(payloadSize: 1024)
