@@ -18,6 +18,11 @@ public struct DeliverySummary: Sendable {
         let errors = unfinished.compactMap { record -> CourierError? in
             if let error = record.error { return error }
             if record.state == .paused { return CourierError(.paused, "download \(record.id) is paused") }
+            // A cancelled download leaves its purchase undelivered: a run that ends there failed
+            // (exit 1), it did not succeed (the lines before it say how to queue it again).
+            if record.state == .cancelled {
+                return CourierError(.cancelled, "not delivered: \(record.contentIdentifier) was cancelled")
+            }
             return nil
         }
         return errors.first { $0.code != .paused } ?? errors.first

@@ -118,6 +118,9 @@ struct PurchaseOutcomeCLITests {
         // deliver says how to get it back.
         let again = try shop.courier(shop.deliverArguments(receipt))
         #expect(again.stderr.contains("cancelled; queue it again with: courier resume"), "\(again.stderr)")
+        // ... and does not end as a success: nothing was delivered.
+        #expect(again.status == 1, "\(again.stderr)")
+        #expect(again.stderr.contains("not delivered: com.example."), "\(again.stderr)")
         // --all leaves cancelled downloads alone.
         let all = try shop.courier(["resume", "--all"])
         #expect(all.status == 0, "\(all.stderr)")
