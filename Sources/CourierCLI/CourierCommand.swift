@@ -63,7 +63,7 @@ struct CourierCommand: AsyncParsableCommand {
         // Everything Courier creates (state, partial files, journals, catalogs, content) is the
         // user's alone from its first byte: no file is ever created readable by others and then
         // chmodded (DESIGN.md, "Secure by default").
-        umask(0o077)
+        GetDestination.inheritedUmask.withLock { $0 = umask(0o077) }
         // While TZ is unset, glibc stats /etc/localtime on every mktime (to see whether the zone
         // changed), and libarchive's zip reader calls mktime for each entry's DOS time: about a
         // dozen stats per package inspected. Naming the same zone file makes glibc read it once.

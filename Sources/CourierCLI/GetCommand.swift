@@ -240,7 +240,10 @@ struct GetCommand: AsyncParsableCommand {
         do {
             let result = try await engine.download(request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
             bar.finish()
-            if !quietResult { report(result, output: output) }
+            if !quietResult {
+                try GetDestination.applyUserMode(result.file)
+                report(result, output: output)
+            }
             return result
         } catch let error as CourierError where error.code == .paused {
             bar.finish()
@@ -322,6 +325,7 @@ struct GetCommand: AsyncParsableCommand {
                     do {
                         let result = try await engine.download(
                             request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
+                        try GetDestination.applyUserMode(result.file)
                         bar.fileFinished(result)
                         if output.json { report(result, output: output) }
                         return (request, .success(result))

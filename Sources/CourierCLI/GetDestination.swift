@@ -1,5 +1,6 @@
 import Courier
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -8,6 +9,17 @@ import Glibc
 /// Where `courier get` writes, checked before any byte is fetched, and what it leaves behind
 /// when a download is refused.
 enum GetDestination {
+    /// The umask Courier was started with (it runs under 0077 itself: CourierCommand.main).
+    static let inheritedUmask = Mutex<mode_t>(0o022)
+
+    /// Gives a file `get` finished and verified the mode a new file gets under the user's umask
+    /// (0644 under 022), as curl, wget and aria2c leave it: it is the user's download, not
+    /// Courier's state. Until it is complete (the part file, the journal) it stays owner-only.
+    static func applyUserMode(_ file: URL) throws {
+        let mode = 0o666 & ~inheritedUmask.withLock { $0 }
+        guard chmod(file.path, mode) == 0 else { throw CourierError.posix("cannot set the mode of", path: file.path) }
+    }
+
     /// Refuses (usage, exit 2, nothing fetched) a destination that is a folder, whose folder is
     /// missing (unless `createFolders`, curl's `--create-dirs`) or not a folder, or that cannot be
     /// written there.

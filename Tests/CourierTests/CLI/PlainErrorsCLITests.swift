@@ -9,7 +9,7 @@ import Glibc
 
 /// Issue 31, items 2 and 7: Foundation's internals never reach the user (one `courier:` line
 /// naming the file and the key or line at fault), and curl's and wget's habits work: a URL
-/// without a scheme, `-i -`, a relative date that starts with a minus.
+/// without a scheme, `-i -`, a relative date that starts with a minus, the umask's mode on a finished file.
 @Suite("Plain errors and curl habits (the built courier binary)")
 struct PlainErrorsCLITests {
     private func environment(_ directory: TemporaryDirectory) -> [String: String] {
@@ -78,6 +78,19 @@ struct PlainErrorsCLITests {
             #expect(try Data(contentsOf: out.appendingPathComponent(name)) == Data(contentsOf: served.appendingPathComponent(name)))
         }
         #expect(!piped.stderr.contains("NSCocoaErrorDomain"))
+
+        // The finished file takes the user's umask, as curl's and wget's do; the part file and
+        // the journal were owner-only while it was unfinished.
+        for (mask, expected) in [("022", 0o644), ("077", 0o600), ("002", 0o664)] {
+            let file = directory.appending("umask-\(mask).bin")
+            let run = try CourierBinary.runShell(
+                "umask \(mask); COURIER_NO_AGENT=1 '\(CourierBinary.url.path)' get '\(nginx.url("/a.bin").absoluteString)' "
+                    + "-o '\(file.path)' --config '\(config.path)'")
+            #expect(run.status == 0, "\(run.stderr)")
+            var info = stat()
+            #expect(stat(file.path, &info) == 0)
+            #expect(Int(info.st_mode & 0o777) == expected, "umask \(mask): \(String(info.st_mode & 0o777, radix: 8))")
+        }
 
         // A cause the message already says is not said twice: not "answered HTTP 404 (HTTP 404)".
         let missing = try CourierBinary.run(

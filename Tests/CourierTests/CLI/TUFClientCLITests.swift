@@ -44,6 +44,45 @@ struct TUFClientCLITests {
         #expect(try CourierBinary.run(missing).status == 1)
     }
 
+    @Test("8 processes refreshing one trusted metadata folder at once, fresh and mid-rotation: all succeed, one state")
+    func concurrentRefresh() throws {
+        let directory = try TemporaryDirectory(prefix: "courier-tufmany")
+        defer { directory.remove() }
+        var repo = try TUFTestRepository(folder: directory.appending("repo"))
+        let first = repo.roots[1]!
+        for version in 2...6 {
+            let old = repo.signers["root"]!
+            let new = try TUFSigner(Curve25519.Signing.PrivateKey())
+            repo.signers["root"] = [new]
+            repo.rootVersion = Int64(version)
+            try repo.publishRoot(signedBy: old + [new])
+        }
+        try repo.addTarget("catalog.json", Data("{}".utf8))
+        try repo.publish()
+        let nginx = try NginxServer(root: repo.folder)
+        defer { nginx.stop() }
+        let rootFile = directory.appending("root.json")
+        try first.write(to: rootFile)
+        // Issue 33: every store Courier keeps, the trusted metadata too, opened by many at once.
+        for round in 0..<20 {
+            let metadata = directory.appending("client-\(round)")
+            try FileManager.default.createDirectory(at: metadata, withIntermediateDirectories: true)
+            #expect(try CourierBinary.run(["tuf-client", "--metadata-dir", metadata.path, "init", rootFile.path]).status == 0)
+            let refresh = ["tuf-client", "--metadata-dir", metadata.path, "--metadata-url", nginx.url("/metadata/").absoluteString, "refresh"]
+            let outputs = (0..<8).map { directory.appending("refresh-\(round)-\($0)") }
+            let processes = try outputs.map { try CourierBinary.start(refresh, stdout: $0, stderr: $0.appendingPathExtension("err")) }
+            for (index, process) in processes.enumerated() {
+                process.waitUntilExit()
+                let said = (try? String(contentsOf: outputs[index].appendingPathExtension("err"), encoding: .utf8)) ?? ""
+                #expect(process.exitStatus == 0, "round \(round), process \(index): \(said)")
+            }
+            let trusted = try TUFTrustedSet(trustedRoot: try Data(contentsOf: metadata.appendingPathComponent("root.json")), referenceTime: Date())
+            #expect(trusted.root.version == 6, "round \(round)")
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: metadata.path).filter { $0.hasSuffix(".tmp") }
+            #expect(leftovers.isEmpty, "round \(round): \(leftovers)")
+        }
+    }
+
     @Test("kill -9 at any point of a 40-version root rotation never leaves a half-written or unverified root")
     func killDuringRotation() throws {
         let directory = try TemporaryDirectory(prefix: "courier-tufkill")
