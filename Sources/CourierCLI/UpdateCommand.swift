@@ -48,12 +48,17 @@ struct UpdateCommand: AsyncParsableCommand {
             let (plan, skipped) = (run.plan, run.skipped)
             if !output.json {
                 for skip in skipped { output.info("courier: \(skip.message)") }
-                if !run.missing.isEmpty { output.info("courier: not delivered in this store: \(run.missing.joined(separator: ", "))") }
+                // Said once: by the error the run ends with, when that is what it ends with.
+                if !run.missing.isEmpty && run.refusal?.code != .notFound {
+                    output.info("courier: not delivered in this store: \(run.missing.joined(separator: ", "))")
+                }
             }
             guard !run.downloads.isEmpty else {
                 if output.json {
                     output.emit(Self.result(updated: [], unfinished: [], plan: plan, skipped: skipped))
-                } else if plan.updates.isEmpty {
+                } else if plan.updates.isEmpty && (run.refusal == nil || !plan.upToDate.isEmpty) {
+                    // Not "Nothing to update" when nothing named could be looked at: the
+                    // error below is the whole answer.
                     let current = plan.upToDate.count
                     output.done(
                         "Nothing to update: "

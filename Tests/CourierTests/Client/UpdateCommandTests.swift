@@ -132,6 +132,9 @@ struct UpdateCommandTests {
         let other = try shop.courier(["update", "--catalog", shop.catalog("2.0"), "--product", "com.example.other"])
         #expect(other.status == 1, "\(other.stderr)")
         #expect(other.stderr.contains("not delivered in this store: com.example.other"), "\(other.stderr)")
+        // Said once, and no "Nothing to update" beside the error (issue 31, item 6).
+        #expect(other.stderr.components(separatedBy: "not delivered in this store").count == 2, "\(other.stderr)")
+        #expect(!other.stdout.contains("Nothing to update"), "\(other.stdout)")
         #expect(shop.tree() == shop.expectedTree("1.0"))
     }
 
