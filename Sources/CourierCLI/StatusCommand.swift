@@ -2,22 +2,27 @@ import ArgumentParser
 import Courier
 import Foundation
 
-/// `courier status ID [--watch]`: one transaction or download in detail.
+/// `courier status ID [--watch]`: one transaction or download in detail; `status --watch`
+/// without an ID follows every unfinished one.
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show a transaction or download in detail; --watch follows it until it settles.")
+        abstract: "Show a transaction or download in detail; --watch follows it (or, without an id, everything) until it settles.")
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
-    var id: String
+    @Argument(help: "A download or transaction id (or an unambiguous prefix); with --watch, none follows every unfinished one.")
+    var id: String?
 
     @Flag(name: .long, help: "Refresh until every download is finished, failed, cancelled or paused.")
     var watch = false
 
     @Option(name: .long, help: "Seconds between refreshes with --watch.")
     var interval: Double = 1
+
+    func validate() throws {
+        if id == nil && !watch { throw ValidationError("give a download or transaction id, or --watch to follow everything") }
+    }
 
     func run() async throws {
         try await global.run { output in
@@ -26,8 +31,13 @@ struct StatusCommand: AsyncParsableCommand {
             var last: [QueueEntry] = []
             var shown: [String]?
             while true {
-                let entries = try await control.perform(.status(id)).entries
+                let request: QueueCommand = id.map { .status($0) } ?? .list(includeFinished: false, stalledOnly: false)
+                let entries = try await control.perform(request).entries
                 guard !entries.isEmpty || !last.isEmpty else {
+                    guard let id else {
+                        if output.json { output.emit(encodable: QueueListing([]), event: "result") } else { output.line("No unfinished transactions.") }
+                        return
+                    }
                     throw CourierError(.notFound, "no download or transaction \(id)")
                 }
                 let changed = entries != last
@@ -79,9 +89,12 @@ struct StatusCommand: AsyncParsableCommand {
             output.statusBlock([parts.joined(separator: " | ")])
             return
         }
-        guard let first = entries.first else { return }
-        output.line("transaction \(first.transactionId)  product \(first.productId)  \(first.transactionState.rawValue)")
+        var transaction: String?
         for entry in entries {
+            if entry.transactionId != transaction {
+                transaction = entry.transactionId
+                output.line("transaction \(entry.transactionId)  product \(entry.productId)  \(entry.transactionState.rawValue)")
+            }
             guard let d = entry.download else { continue }
             output.line("  download \(d.id)  \(d.contentIdentifier)  \(d.state.rawValue)\(d.pauseReason.map { " (\($0.rawValue))" } ?? "")")
             output.line("    progress \(String(format: "%.1f%%", d.progress * 100))  \(QueueFormat.bytes(d.bytesReceived)) of \(QueueFormat.bytes(d.length))  version \(d.version)  placement \(d.placement.rawValue)")

@@ -65,6 +65,31 @@ struct GlobalOptionsCLITests {
         #expect(unknown.status == 2)
     }
 
+    @Test("status --watch without an id follows every unfinished transaction until it settles; status alone needs one")
+    func watchEverything() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let root = directory.appending("Storage")
+        let queue = try PaymentQueue(
+            layout: StorageLayout(root: root), configuration: QueueConfiguration(), logger: .init(label: "test"))
+        for name in ["watch1", "watch2"] {
+            let transaction = QueueFixtures.transaction(name, product: "com.example.\(name)")
+            try queue.add([transaction], content: [QueueFixtures.content(for: transaction)])
+        }
+        // Paused: settled, so the watch ends at once.
+        #expect(try CourierBinary.run(["pause", "--all", "--storage", root.path], environment: environment(directory)).status == 0)
+        let watched = try CourierBinary.run(["status", "--watch", "--storage", root.path], environment: environment(directory))
+        #expect(watched.status == 0, "\(watched.stderr)")
+        #expect(watched.stdout.contains("transaction watch1") && watched.stdout.contains("transaction watch2"), "\(watched.stdout)")
+        let json = try CourierBinary.run(["status", "--watch", "--json", "--storage", root.path], environment: environment(directory))
+        #expect(json.status == 0, "\(json.stderr)")
+        #expect(json.events.last?["event"] as? String == "result")
+        #expect((json.events.last?["entries"] as? [Any])?.count == 2, "\(json.stdout)")
+        let bare = try CourierBinary.run(["status", "--storage", root.path], environment: environment(directory))
+        #expect(bare.status == 2)
+        #expect(bare.stderr.contains("--watch"), "\(bare.stderr)")
+    }
+
     @Test("usage errors speak as courier:, under --json end with an error document; help of no command is one")
     func usageErrors() throws {
         let directory = try TemporaryDirectory()
