@@ -49,7 +49,7 @@ struct ContentListCommand: AsyncParsableCommand {
 struct ContentPathCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "path",
-        abstract: "Print the folder of delivered content (exit 1 if it is not delivered)."
+        abstract: "Print the folder of delivered content, or of each item of a subscription (exit 1 if none is delivered)."
     )
 
     @OptionGroup var global: GlobalOptions
@@ -60,13 +60,25 @@ struct ContentPathCommand: AsyncParsableCommand {
     func run() async throws {
         try await global.run { out in
             let placer = try global.contentPlacer(existingStore: true, recover: false)
-            guard let content = try placer.content(product) else {
+            if let content = try placer.content(product) {
+                if out.json {
+                    out.emit(encodable: content)
+                } else {
+                    out.line(content.path)
+                }
+                return
+            }
+            // A subscription's product has no content of its own: its items' (`PRODUCT.ITEM`),
+            // one path a line (with --json, one document listing them).
+            let items = try placer.list().filter { $0.contentIdentifier.hasPrefix(product + ".") }
+            guard !items.isEmpty else {
                 throw CourierError(.notFound, "no delivered content \(product.debugDescription)")
             }
             if out.json {
-                out.emit(encodable: content)
+                struct Items: Encodable { var content: [DeliveredContent] }
+                out.emit(encodable: Items(content: items))
             } else {
-                out.line(content.path)
+                for item in items { out.line(item.path) }
             }
         }
     }

@@ -16,6 +16,27 @@ struct ContentCommandTests {
         try CourierBinary.run(arguments + ["--storage", directory.appending("Storage").path], environment: environment, directory: directory.url)
     }
 
+    @Test("content path of a subscription's product lists each delivered item's folder")
+    func subscriptionItems() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        for item in ["jan", "feb"] {
+            let source = directory.appending("source-\(item)")
+            try PackageFixtures.writeTree(["issue.txt": Data(item.utf8)], in: source)
+            let package = directory.appending("\(item).zip")
+            let product = "com.example.magazine.\(item)"
+            #expect(try courier(["package", "create", source.path, "--product", product, "--version", "1.0", "-o", package.path], in: directory).status == 0)
+            #expect(try courier(["package", "install", package.path, "--placement", "cache"], in: directory).status == 0)
+        }
+        let path = try courier(["content", "path", "com.example.magazine"], in: directory)
+        #expect(path.status == 0, "\(path.stderr)")
+        let lines = path.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(path.stdout)")
+        #expect(lines.contains { $0.hasSuffix("/com.example.magazine.jan") } && lines.contains { $0.hasSuffix("/com.example.magazine.feb") })
+        // A prefix that is not a whole product id names nothing.
+        #expect(try courier(["content", "path", "com.example.maga"], in: directory).status == 1)
+    }
+
     @Test("create, inspect, install, content path / list / delete")
     func roundTrip() throws {
         let directory = try TemporaryDirectory()
