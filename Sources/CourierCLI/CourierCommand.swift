@@ -1,6 +1,5 @@
 import ArgumentParser
 import Courier
-import CourierServer
 import Foundation
 import Logging
 
@@ -101,15 +100,10 @@ struct CourierCommand: AsyncParsableCommand {
         if !text.hasPrefix("courier: ") && !text.hasPrefix("Usage:") { text = "courier: " + text }
         FileHandle.standardError.write(Data((text + "\n").utf8))
         if json {
+            // Through Output, the one writer of JSON lines (it adds `time`).
             let first = text.split(separator: "\n", maxSplits: 1).first.map(String.init) ?? text
             let line = first.hasPrefix("courier: ") ? String(first.dropFirst("courier: ".count)) : first
-            let document: [String: Any] = [
-                "event": "error", "code": CourierError.Code.usage.rawValue, "message": line, "exitCode": 2,
-                "time": NDJSONLogHandler.timestamp(Date()),
-            ]
-            if let data = try? JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .withoutEscapingSlashes]) {
-                FileHandle.standardOutput.write(data + Data("\n".utf8))
-            }
+            Output(json: true).emit(["event": "error", "code": CourierError.Code.usage.rawValue, "message": line, "exitCode": 2])
         }
         Foundation.exit(2)
     }
