@@ -85,9 +85,6 @@ struct PrestageCommand: AsyncParsableCommand {
         if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be 0...65535") }
         if let queue { _ = try Self.parseQueue(queue) }
         if (tufKeys == nil) != (tufRoots == nil) { throw ValidationError("--tuf-keys and --tuf-roots go together") }
-        if tufKeys != nil, queue != nil {
-            throw ValidationError("--tuf-keys signs from one machine: run the signing prestage without --queue (docs/trust.md)")
-        }
     }
 
     static func parseQueue(_ text: String) throws -> PostgresURL {
@@ -128,14 +125,21 @@ struct PrestageCommand: AsyncParsableCommand {
             defer { runner.shutdown() }
             let products = product.isEmpty ? nil : Set(product)
             let progress = PrestageProgress(output: output)
-            let summary: PrestageSummary
+            // The keys are read and checked against the root chain before anything is fetched.
+            let signer = try tufKeys.flatMap { keys in
+                try tufRoots.map { roots in
+                    try PrestageSigner.load(
+                        keys: URL(fileURLWithPath: keys, isDirectory: true), roots: URL(fileURLWithPath: roots, isDirectory: true), tree: tree)
+                }
+            }
+            var summary: PrestageSummary
             let lease = Duration.milliseconds(Int64((self.lease ?? configuration.prestage.leaseSeconds) * 1000))
             let runKey = PostgresPrestage.runKey(dest: destination, products: products)
             do {
                 summary = try await withSignalCancellation {
                     try await withMetrics(metrics) {
                         if let queueURL {
-                            return try await PostgresPrestage(url: queueURL, runner: runner, lease: lease, logger: logger).run(
+                            return try await PostgresPrestage(url: queueURL, runner: runner, lease: lease, signer: signer, logger: logger).run(
                                 catalog: location, relativeTo: base, products: products, runKey: runKey
                             ) { progress.handle($0) }
                         }
@@ -148,16 +152,12 @@ struct PrestageCommand: AsyncParsableCommand {
             }
             progress.finish()
             progress.printSummary(summary)
-            if let tufKeys, let tufRoots {
-                // The catalog as a TUF target: signed metadata beside it, timestamp last.
-                let keys = try TUFPublisherKeys.load(from: URL(fileURLWithPath: tufKeys, isDirectory: true))
-                let catalogFile = destination.appendingPathComponent("catalog.json")
-                let catalogData = try CourierError.wrapping(.io, "cannot read the published catalog \(catalogFile.path)") {
-                    try Data(contentsOf: catalogFile)
-                }
-                let published = try TUFPublisher.publish(
-                    target: catalogData, named: "catalog.json", into: destination,
-                    roots: URL(fileURLWithPath: tufRoots, isDirectory: true), keys: keys)
+            // The catalog as a TUF target: signed metadata beside it, timestamp last. A shared
+            // run's publisher signed it before marking the run published.
+            if let signer, queueURL == nil, let catalog = summary.published {
+                summary.signed = try signer.sign(catalog)
+            }
+            if let published = summary.signed {
                 if output.json {
                     output.emit([
                         "event": "signed", "root": published.root, "targets": published.targets, "snapshot": published.snapshot,

@@ -26,21 +26,29 @@ import Synchronization
 ///
 /// A process interrupted by SIGINT/SIGTERM hands its claimed tasks back and ends `paused` (7);
 /// the run goes on with the others.
+///
+/// With a `signer` (`--tuf-keys`) the run is a signed one (`prestage_run.signed`): the process
+/// that publishes signs the catalog it computed (`PrestageSigner`) before it marks the run
+/// published, and a plan read back from the database must have been made from the upstream
+/// catalog this process loaded itself (`PrestagePlan.checkUpstream`). Every process of a run
+/// signs or none does: one whose keys and the open run disagree refuses to join it.
 public struct PostgresPrestage: Sendable {
     public let url: PostgresURL
     let runner: PrestageRunner
     let lease: Duration
     let pollInterval: Duration
+    let signer: PrestageSigner?
     let logger: Logger
 
     public init(
         url: PostgresURL, runner: PrestageRunner, lease: Duration = .seconds(120),
-        pollInterval: Duration = .milliseconds(250), logger: Logger
+        pollInterval: Duration = .milliseconds(250), signer: PrestageSigner? = nil, logger: Logger
     ) {
         self.url = url
         self.runner = runner
         self.lease = lease
         self.pollInterval = pollInterval
+        self.signer = signer
         self.logger = logger
     }
 
@@ -163,6 +171,9 @@ public struct PostgresPrestage: Sendable {
             let seen = news.generation
             if !coordinator { coordinator = try await runs.tryLock(runKey, on: lock) }
             var open = try await runs.openRun(runKey) { [runner] in try runner.storedPlan($0, products: products) }
+            if let (_, plan, signed) = open {
+                try await checkStored(plan, signed: signed, early: early, catalog: location, relativeTo: base)
+            }
             if open == nil {
                 guard coordinator else {
                     // Another process is planning (or just finished a run): look again when it
@@ -174,16 +185,16 @@ public struct PostgresPrestage: Sendable {
                 if plan.tasks.isEmpty {
                     events(PrestageJob.plannedEvent(plan))
                     logger.debug("nothing new to stage; no run inserted")
-                    let summary = try runner.job(queue: LocalWorkQueue()).publish(plan, outcomes: [:], events: events)
+                    let summary = try sign(try runner.job(queue: LocalWorkQueue()).publish(plan, outcomes: [:], events: events))
                     await runs.release(runKey, on: lock)
                     return summary
                 }
-                let runId = try await runs.insert(runKey, plan: plan)
+                let runId = try await runs.insert(runKey, plan: plan, signed: signer != nil)
                 events(PrestageJob.plannedEvent(plan))
                 logger.debug("coordinator: planned a run", metadata: ["run": "\(runId)", "tasks": "\(plan.tasks.count)"])
-                open = (runId, plan)
+                open = (runId, plan, signer != nil)
             }
-            guard let (runId, plan) = open else { continue }
+            guard let (runId, plan, _) = open else { continue }
             let queue = queue(client, runId: runId, tasks: plan.tasks)
             // News (another process's last record) wakes this process's idle workers too.
             news.forward(to: queue.completions)
@@ -202,7 +213,9 @@ public struct PostgresPrestage: Sendable {
                     coordinator = try await runs.tryLock(runKey, on: lock)
                 }
                 if coordinator {
-                    let summary = try job.publish(plan, outcomes: try await queue.outcomes(), events: events)
+                    // Signed before the run is marked published: a publisher that dies in between
+                    // leaves the run to the next one, which publishes (the same catalog) and signs.
+                    let summary = try sign(try job.publish(plan, outcomes: try await queue.outcomes(), events: events))
                     try await runs.markPublished(runId)
                     // Finished runs do not pile up: those published over a week ago go, tasks and all.
                     do {
@@ -219,6 +232,40 @@ public struct PostgresPrestage: Sendable {
                 try await pause(news, since: seen)
             }
         }
+    }
+
+    /// A recorded run this process is about to work on and perhaps publish: signed exactly when
+    /// this process signs, and, for a signing process, planned from the upstream catalog this
+    /// process loaded (the plan made at the start, else the catalog loaded again).
+    private func checkStored(
+        _ plan: PrestagePlan, signed: Bool, early: Task<PrestagePlan, any Error>?, catalog location: String, relativeTo base: URL
+    ) async throws {
+        guard signed == (signer != nil) else {
+            throw CourierError(
+                .usage,
+                signed
+                    ? "the open pre-staging run of this tree publishes a signed catalog; this process has no --tuf-keys"
+                    : "the open pre-staging run of this tree publishes an unsigned catalog; this process signs (--tuf-keys)",
+                hint: "every process of a run signs or none does: give each one the same --tuf-keys and --tuf-roots (docs/trust.md)")
+        }
+        guard signer != nil else { return }
+        let upstream =
+            if let early {
+                try await early.value.upstreamCatalog
+            } else {
+                try await runner.upstreamCatalog(catalog: location, relativeTo: base)
+            }
+        try plan.checkUpstream(upstream)
+    }
+
+    /// `summary` with the catalog it published signed, when this process signs.
+    private func sign(_ summary: PrestageSummary) throws -> PrestageSummary {
+        guard let signer else { return summary }
+        guard let catalog = summary.published else { throw CourierError(.internal, "the run published no catalog to sign") }
+        var signed = summary
+        signed.signed = try signer.sign(catalog)
+        logger.debug("signed the published catalog", metadata: ["timestamp": "\(signed.signed?.timestamp ?? 0)"])
+        return signed
     }
 
     /// Tasks one claim statement may take for this process's workers (`PostgresWorkQueue`): one
@@ -287,21 +334,23 @@ struct RunTable: Sendable {
         }
     }
 
-    /// The open run of `key` and its plan, if any, read by `decode` (which checks it: a row is
-    /// untrusted input, `PrestagePlan.decodeStored`).
-    func openRun(_ key: String, decode: (Data) throws -> PrestagePlan = PrestagePlan.decode) async throws -> (Int64, PrestagePlan)? {
-        let found: (Int64, ByteBuffer)? = try await perform("cannot read the open run in PostgreSQL") {
+    /// The open run of `key`, its plan, read by `decode` (which checks it: a row is untrusted
+    /// input, `PrestagePlan.decodeStored`), and whether its catalog is published signed.
+    func openRun(_ key: String, decode: (Data) throws -> PrestagePlan = PrestagePlan.decode) async throws
+        -> (Int64, PrestagePlan, signed: Bool)?
+    {
+        let found: (Int64, ByteBuffer, Bool)? = try await perform("cannot read the open run in PostgreSQL") {
             let rows = try await client.query(
-                "SELECT run_id, plan FROM prestage_run WHERE run_key = \(key) AND state = 'running'", logger: logger)
-            for try await row in rows.decode((Int64, ByteBuffer).self) { return row }
+                "SELECT run_id, plan, signed FROM prestage_run WHERE run_key = \(key) AND state = 'running'", logger: logger)
+            for try await row in rows.decode((Int64, ByteBuffer, Bool).self) { return row }
             return nil
         }
-        guard let (runId, document) = found else { return nil }
-        return (runId, try decode(Data(document.readableBytesView)))
+        guard let (runId, document, signed) = found else { return nil }
+        return (runId, try decode(Data(document.readableBytesView)), signed)
     }
 
     /// Inserts a run and its tasks in one statement (one transaction); returns its id.
-    func insert(_ key: String, plan: PrestagePlan) async throws -> Int64 {
+    func insert(_ key: String, plan: PrestagePlan, signed: Bool = false) async throws -> Int64 {
         // The plan goes in as the bytes encoded here (bytea: not parsed, not compressed); the
         // tasks' rows name them only, every process reading its tasks from the plan.
         let document = ByteBuffer(data: try plan.encoded())
@@ -311,7 +360,7 @@ struct RunTable: Sendable {
             let inserted = try await client.query(
                 """
                 WITH run AS (
-                    INSERT INTO prestage_run (run_key, plan) VALUES (\(key), \(document)) RETURNING run_id),
+                    INSERT INTO prestage_run (run_key, plan, signed) VALUES (\(key), \(document), \(signed)) RETURNING run_id),
                 tasks AS (
                     INSERT INTO prestage_task (run_id, download_id, content_identifier)
                     SELECT run.run_id, d, c

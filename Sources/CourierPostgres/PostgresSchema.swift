@@ -127,6 +127,15 @@ public enum PostgresSchema {
                 "ALTER TABLE prestage_task DROP CONSTRAINT prestage_task_run_id_fkey"
             ]
         ),
+        // Whether the run's catalog is published signed (`prestage --tuf-keys`): every process of
+        // a run signs or none does, so a process without the keys never publishes a signed run's
+        // catalog unsigned (docs/trust.md, "Distributed pre-staging").
+        Migration(
+            version: 5,
+            statements: [
+                "ALTER TABLE prestage_run ADD COLUMN signed boolean NOT NULL DEFAULT false"
+            ]
+        ),
     ]
 
     /// The newest schema version this Courier knows.

@@ -96,6 +96,11 @@ public struct PrestageSummary: Sendable {
     public var rows: [Row]
     /// Whether a new catalog was published.
     public var catalogChanged: Bool
+    /// The catalog this process published (or found already published) at the end of the run;
+    /// nil when another process of a shared run published it.
+    public var published: Catalog? = nil
+    /// The TUF metadata this process signed for `published` (`PrestageSigner`), if it signed.
+    public var signed: TUFPublisher.Published? = nil
     public var failures: [Row] { rows.filter { $0.status == .failed || $0.status == .refused } }
     public var bytesFetched: Int64 { rows.reduce(0) { $0 + $1.bytesFetched } }
 }
@@ -326,6 +331,7 @@ public struct PrestageJob: Sendable {
             throw CourierError(.paused, "pre-staging was interrupted", hint: "run the same command again to resume")
         }
         summary.catalogChanged = changed
+        summary.published = catalog
         return summary
     }
 

@@ -291,6 +291,23 @@ public struct PrestagePlan: Sendable {
         return plan
     }
 
+    /// The upstream catalog the plan was made from.
+    public var upstreamCatalog: Catalog { upstream }
+
+    /// Refuses a recorded plan made from another upstream catalog than `upstream`, the one this
+    /// process loaded itself (through TUF when it has a trusted root). `decodeStored` only shows
+    /// that a plan is one `init` could have made from *some* catalog: a row that drops a product
+    /// from its upstream copy, or gives one product another's package, passes it, and its catalog
+    /// would then be published. A process that signs what it publishes (`PrestageSigner`) checks
+    /// this too, so it signs only a catalog made from what it trusts (docs/trust.md).
+    public func checkUpstream(_ upstream: Catalog) throws {
+        guard self.upstream == upstream else {
+            throw Self.invalid(
+                "its upstream catalog is not the one this process loaded (the upstream catalog changed since the run was "
+                    + "planned, or the row was altered); it is not published or signed")
+        }
+    }
+
     /// The same plan laid over `published`, the catalog the tree has published now: the entries
     /// the run keeps as they are (a failed task's previous version, products not selected) are
     /// taken from it, not from the plan's copy, which another run key may have replaced since and

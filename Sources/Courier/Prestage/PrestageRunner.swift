@@ -52,6 +52,11 @@ public final class PrestageRunner: Sendable {
         return try PrestagePlan(upstream: loaded.catalog, upstreamLocation: loaded.url, tree: tree, products: products)
     }
 
+    /// The upstream catalog at `location`, loaded as `plan` loads it (through TUF with a trusted root).
+    public func upstreamCatalog(catalog location: String, relativeTo base: URL) async throws -> Catalog {
+        try await catalogLoader.load(location, relativeTo: base).catalog
+    }
+
     /// Whether `plan` was made against the catalog the tree has published now: a plan made a
     /// while ago still holds unless a run published since.
     public func isCurrent(_ plan: PrestagePlan) throws -> Bool {

@@ -4,9 +4,10 @@ import Foundation
 /// --catalog-root` does before it serves the catalog a `prestage` published (or a database row
 /// put there). The root chain (`N.root.json`), timestamp, snapshot and the top-level targets are
 /// checked as the client workflow checks them, with the same limits; the file must be the target
-/// `name` the top-level targets metadata signs (its length and every hash).
-///
-/// Delegations are not followed: `prestage` signs the catalog in the top-level targets role.
+/// `name` as the targets metadata signs it (its length and every hash), found as the client finds
+/// it: in the top-level targets role or by following delegations (pre-order, depth first,
+/// terminating delegations ending the search, at most `maxDelegations` roles), so a repository
+/// whose catalog is signed by a delegated role is served exactly when clients accept it.
 public enum TUFLocalRepository {
     /// Throws a `TUFError` naming the failed check unless `data` is the signed target `name` of
     /// the repository whose metadata is in `metadata`, trusted from `trustedRoot`.
@@ -38,10 +39,49 @@ public enum TUFLocalRepository {
             throw TUFError(.notFound, "no \(targetsName) in \(metadata.path)")
         }
         let targets = try set.updateTargets(targetsData, role: "targets", delegator: "root")
-        guard let target = targets.targets[name] else {
-            throw TUFError(.notFound, "the signed targets metadata (version \(targets.version)) names no \(name)")
+        guard let target = try find(name, from: targets, in: &set, metadata: metadata, limits: limits) else {
+            throw TUFError(.notFound, "the signed targets metadata (version \(targets.version), and its delegations) names no \(name)")
         }
         try target.verify(data)
+    }
+
+    /// The target `path` as the first role that lists it says, walking delegations from the
+    /// top-level `targets` as `TUFUpdater.targetInfo` does; each delegated role's metadata is
+    /// read from `metadata` (`N.role.json` under consistent snapshots) and verified through its
+    /// delegator before it is searched.
+    private static func find(
+        _ path: String, from top: TUFTargets, in set: inout TUFTrustedSet, metadata: URL, limits: TUFLimits
+    ) throws -> TUFTargetFile? {
+        var toVisit: [(role: String, delegator: String)] = [("targets", "root")]
+        var visited = Set<String>()
+        var remaining = limits.maxDelegations
+        while remaining > 0, let (role, delegator) = toVisit.popLast() {
+            if visited.contains(role) { continue }
+            let targets: TUFTargets
+            if role == "targets" {
+                targets = top
+            } else if let known = set.targets(role, delegator: delegator) {
+                targets = known
+            } else if let bytes = set.trustedBytes(of: role) {
+                targets = try set.updateTargets(bytes, role: role, delegator: delegator)
+            } else {
+                guard let meta = set.snapshot?.meta["\(role).json"] else {
+                    throw TUFError(.notFound, "role \(role) is delegated but snapshot does not list it")
+                }
+                let file = set.root.consistentSnapshot ? "\(meta.version).\(TUFMetadataStore.fileName(role))" : TUFMetadataStore.fileName(role)
+                guard let data = try read(metadata, file, limit: limit(meta.length, limits.targetsMaxLength)) else {
+                    throw TUFError(.notFound, "no \(file) in \(metadata.path)")
+                }
+                targets = try set.updateTargets(data, role: role, delegator: delegator)
+            }
+            if let target = targets.targets[path] { return target }
+            visited.insert(role)
+            remaining -= 1
+            let children = targets.delegations(covering: path)
+            if children.terminating { toVisit.removeAll() }
+            toVisit.append(contentsOf: children.roles.reversed().map { ($0.name, role) })
+        }
+        return nil
     }
 
     private static func limit(_ signed: Int64?, _ fallback: Int) -> Int {

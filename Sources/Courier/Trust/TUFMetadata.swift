@@ -524,6 +524,19 @@ public struct TUFTargets: Sendable {
 
     public var version: Int64 { envelope.version }
 
+    /// The roles this one delegates `path` to, in the order the client workflow visits them
+    /// (specification 5.6.7.2): those whose paths cover it, up to and including the first
+    /// terminating one (after which the search visits nothing else). `TUFUpdater.targetInfo` and
+    /// `TUFLocalRepository.verify` both walk delegations with this.
+    public func delegations(covering path: String) -> (roles: [TUFDelegatedRole], terminating: Bool) {
+        var roles: [TUFDelegatedRole] = []
+        for delegation in delegatedRoles where delegation.covers(path) {
+            roles.append(delegation)
+            if delegation.terminating { return (roles, true) }
+        }
+        return (roles, false)
+    }
+
     /// Checks that `metadata` carries a threshold of valid signatures by the keys this role
     /// delegates `role` to.
     public func verify(role: String, _ metadata: TUFEnvelope) throws {

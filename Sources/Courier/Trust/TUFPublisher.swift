@@ -100,15 +100,7 @@ public enum TUFPublisher {
 
         // The root chain, checked link by link as a client will.
         let root = try copyRoots(from: roots, to: metadata)
-        for (role, signer) in [("targets", keys.targets), ("snapshot", keys.snapshot), ("timestamp", keys.timestamp)] {
-            guard root.roles[role]?.keyIDs.contains(signer.publicKey.keyID) == true else {
-                throw CourierError(
-                    .usage, "the \(role) key \(signer.publicKey.keyID.prefix(16))… is not one root version \(root.version) names for \(role)")
-            }
-        }
-        guard root.consistentSnapshot else {
-            throw CourierError(.usage, "root version \(root.version) does not use consistent snapshots; Courier publishes with them")
-        }
+        try check(keys, against: root)
 
         let file = TUFMetadataWriter.targetFile(path: name, data: target)
         guard let hash = file.hashes.sha256 else { throw CourierError(.internal, "no SHA-256") }
@@ -163,10 +155,30 @@ public enum TUFPublisher {
             root: root.version, targets: targetsVersion, snapshot: snapshotMeta.version, timestamp: timestampVersion, targetPath: targetPath)
     }
 
+    /// Checks, writing nothing, that the root chain in `roots` verifies link by link and that its
+    /// newest version names `keys` for their roles (what `publish` checks before it signs): a
+    /// publisher given the wrong keys stops before its run fetches anything.
+    public static func checkKeys(_ keys: TUFPublisherKeys, roots: URL) throws {
+        try check(keys, against: try copyRoots(from: roots, to: nil))
+    }
+
+    private static func check(_ keys: TUFPublisherKeys, against root: TUFRoot) throws {
+        for (role, signer) in [("targets", keys.targets), ("snapshot", keys.snapshot), ("timestamp", keys.timestamp)] {
+            guard root.roles[role]?.keyIDs.contains(signer.publicKey.keyID) == true else {
+                throw CourierError(
+                    .usage, "the \(role) key \(signer.publicKey.keyID.prefix(16))… is not one root version \(root.version) names for \(role)")
+            }
+        }
+        guard root.consistentSnapshot else {
+            throw CourierError(.usage, "root version \(root.version) does not use consistent snapshots; Courier publishes with them")
+        }
+    }
+
     /// Copies every `N.root.json` of `source` into `metadata` (and the newest as `root.json`),
     /// checking that each version is signed by its predecessor's root keys and its own. A
-    /// version already published is never replaced by different bytes.
-    static func copyRoots(from source: URL, to metadata: URL) throws -> TUFRoot {
+    /// version already published is never replaced by different bytes. With no `metadata`, only
+    /// checks the chain.
+    static func copyRoots(from source: URL, to metadata: URL?) throws -> TUFRoot {
         let names = try CourierError.wrapping(.usage, "cannot read the root folder \(source.path)") {
             try FileManager.default.contentsOfDirectory(atPath: source.path)
         }
@@ -191,6 +203,7 @@ public enum TUFPublisher {
             } catch let error as TUFError {
                 throw CourierError(.integrity, "root version \(version) in \(source.path) does not verify: \(error)")
             }
+            guard let metadata else { continue }
             let destination = metadata.appendingPathComponent(name)
             if let existing = try? Data(contentsOf: destination) {
                 guard existing == data else {

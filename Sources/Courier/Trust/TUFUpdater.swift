@@ -154,15 +154,9 @@ public struct TUFUpdater: Sendable {
             if let target = targets.targets[path] { return target }
             visited.insert(role)
             remaining -= 1
-            var children: [(role: String, delegator: String)] = []
-            for delegation in targets.delegatedRoles where delegation.covers(path) {
-                children.append((delegation.name, role))
-                if delegation.terminating {
-                    toVisit.removeAll()
-                    break
-                }
-            }
-            toVisit.append(contentsOf: children.reversed())
+            let children = targets.delegations(covering: path)
+            if children.terminating { toVisit.removeAll() }
+            toVisit.append(contentsOf: children.roles.reversed().map { ($0.name, role) })
         }
         if !toVisit.isEmpty {
             logger.debug("delegation search stopped at the limit", metadata: ["limit": "\(limits.maxDelegations)"])
