@@ -103,4 +103,90 @@ struct TUFInteropTests {
         #expect(fetched.status == 0, "\(fetched.stderr)")
         #expect(fetched.stdout == second)
     }
+
+    /// Starts `courier serve --json --port 0 ARGS`; returns it and its port.
+    static func startServe(_ arguments: [String], scratch: TemporaryDirectory) throws -> (Process, Int) {
+        let stdout = scratch.appending("serve.out")
+        let process = try CourierBinary.start(
+            ["serve", "--json", "--port", "0"] + arguments, stdout: stdout, stderr: scratch.appending("serve.err"))
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, process.isRunning {
+            for line in ((try? String(contentsOf: stdout, encoding: .utf8)) ?? "").split(separator: "\n") {
+                if let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                    object["event"] as? String == "listening", let port = object["port"] as? Int
+                {
+                    return (process, port)
+                }
+            }
+            usleep(20_000)
+        }
+        process.terminate()
+        throw CourierError(
+            .internal, "courier serve did not report a port", cause: try? String(contentsOf: scratch.appending("serve.err"), encoding: .utf8))
+    }
+
+    @Test("serve --catalog-root follows delegations as the client does: a catalog a delegated role signs is served")
+    func serveDelegatedCatalog() async throws {
+        let directory = try TemporaryDirectory(prefix: "courier-interop")
+        defer { directory.remove() }
+        let catalogFile = directory.appending("catalog.json")
+        try Self.catalog.write(to: catalogFile)
+        let script = TUFPython.scripts.appendingPathComponent("make_delegated_repository.py").path
+        let www = directory.appending("www")
+        let made = try TUFPython.runPython([script, www.path, catalogFile.path])
+        try #require(made.status == 0, "\(made.stderr)")
+        let root = www.appendingPathComponent("metadata/1.root.json")
+
+        let (serve, port) = try Self.startServe(["--content", www.path, "--catalog-root", root.path, "--public"], scratch: directory)
+        defer {
+            serve.terminate()
+            serve.waitUntilExit()
+        }
+        let transport = try CurlHTTPTransport()
+        let origin = "http://127.0.0.1:\(port)"
+        let served = try await transport.send(HTTPRequest(url: try #require(URL(string: origin + "/catalog.json"))))
+        #expect(served.status == 200, "\(String(decoding: served.body, as: UTF8.self))")
+        #expect(served.body == Self.catalog)
+        // Courier's client, through the metadata serve publishes (the delegated role's too).
+        let loader = CatalogLoader(
+            transport: transport, layout: StorageLayout(root: directory.appending("Storage")), trust: CatalogTrust(trustedRoot: root),
+            logger: Logger(label: "test"))
+        let loaded = try await loader.load(origin + "/catalog.json", relativeTo: directory.url)
+        #expect(loaded.catalog.products.map(\.productId) == ["com.example.levels"])
+
+        // Other bytes under the same name (a row's catalog, say) are not served.
+        let other = Data(#"{"bundleId":"com.example.app","products":[{"productId":"com.example.other"}]}"#.utf8)
+        try other.write(to: www.appendingPathComponent("catalog.json"))
+        let refused = try await transport.send(HTTPRequest(url: try #require(URL(string: origin + "/catalog.json"))))
+        #expect(refused.status == 503)
+        #expect(String(decoding: refused.body, as: UTF8.self).contains("is not served"))
+    }
+
+    @Test("serve --catalog-root refuses a catalog whose delegated role is signed by a key the delegation does not name")
+    func serveForeignDelegate() async throws {
+        let directory = try TemporaryDirectory(prefix: "courier-interop")
+        defer { directory.remove() }
+        let catalogFile = directory.appending("catalog.json")
+        try Self.catalog.write(to: catalogFile)
+        let script = TUFPython.scripts.appendingPathComponent("make_delegated_repository.py").path
+        let www = directory.appending("www")
+        let made = try TUFPython.runPython([script, www.path, catalogFile.path, "--foreign-delegate"])
+        try #require(made.status == 0, "\(made.stderr)")
+        let root = try Data(contentsOf: www.appendingPathComponent("metadata/1.root.json"))
+        // What serve checks, without the network: the signature check of the delegated role fails.
+        do {
+            try TUFLocalRepository.verify(Self.catalog, as: "catalog.json", metadata: www.appendingPathComponent("metadata"), trustedRoot: root)
+            Issue.record("a catalog signed by a foreign key was accepted")
+        } catch let error as TUFError {
+            #expect(error.check == .signature, "\(error)")
+        }
+        let (serve, port) = try Self.startServe(
+            ["--content", www.path, "--catalog-root", www.appendingPathComponent("metadata/1.root.json").path, "--public"], scratch: directory)
+        defer {
+            serve.terminate()
+            serve.waitUntilExit()
+        }
+        let refused = try await CurlHTTPTransport().send(HTTPRequest(url: try #require(URL(string: "http://127.0.0.1:\(port)/catalog.json"))))
+        #expect(refused.status == 503)
+    }
 }
