@@ -60,6 +60,13 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))
     var catalog: String?
 
+    @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is then accepted only through TUF (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
     @Argument(help: ArgumentHelp("Receipt files.", valueName: "file"))
     var files: [String]
 
@@ -69,7 +76,7 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let core = try global.core(receipt, logger: global.logger("courier.receipts", default: .critical))
+            let core = try global.core(receipt, logger: global.logger("courier.receipts", default: .critical), catalogRoot: catalogRoot)
             let transport = try core.httpTransport()
             let validator = try core.receiptValidator(transport: transport)
             let (location, base) = try core.configuration.catalogLocation(catalog, for: "look the content up in")

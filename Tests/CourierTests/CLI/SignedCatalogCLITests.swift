@@ -99,6 +99,34 @@ struct SignedCatalogCLITests {
         #expect(mode == 0o600)
     }
 
+    @Test("receipt entitlements takes --catalog-root too: the signed catalog's content is listed, a tampered one refused (exit 6)")
+    func entitlements() throws {
+        let repo = try Repository()
+        defer { repo.remove() }
+        // Each in a store of its own: a store keeps the last verified catalog and does not fetch it again.
+        func entitlements(_ storage: String) throws -> CourierBinary.Result {
+            try CourierBinary.run(
+                [
+                    "receipt", "entitlements", repo.receipt.path, "--catalog", repo.nginx.url("/catalog.json").absoluteString,
+                    "--catalog-root", repo.catalogRoot.path, "--trust-root", repo.trustRoot.path, "--environment", "Sandbox", "--json",
+                    "--storage", repo.directory.appending(storage).path,
+                ], environment: ["COURIER_CONFIG": repo.directory.appending("none.json").path])
+        }
+        let signed = try entitlements("first")
+        #expect(signed.status == 0, "\(signed.stderr)")
+        #expect(signed.stdout.contains("com.example.levels"), "\(signed.stdout)")
+        let paths = repo.nginx.accessLog().compactMap { $0.split(separator: "\"").dropFirst().first?.split(separator: " ").dropFirst().first }
+        #expect(paths.contains { $0.hasPrefix("/targets/") && $0.hasSuffix(".catalog.json") })
+        #expect(!paths.contains("/catalog.json"), "the unsigned path was used: \(paths)")
+
+        let targets = repo.www.appendingPathComponent("targets")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: targets.path).first)
+        try Data(#"{"bundleId":"com.example.app","products":[]}"#.utf8).write(to: targets.appendingPathComponent(name))
+        let tampered = try entitlements("second")
+        #expect(tampered.status == 6, "\(tampered.stderr)\(tampered.stdout)")
+        #expect((tampered.stderr + tampered.stdout).contains("check failed"), "\(tampered.stderr)\(tampered.stdout)")
+    }
+
     @Test("a catalog changed on the server without the targets key is refused (hash check), exit 6, nothing queued")
     func tampered() throws {
         let repo = try Repository()
