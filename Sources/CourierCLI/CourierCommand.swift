@@ -103,7 +103,7 @@ struct CourierCommand: AsyncParsableCommand {
             // Through Output, the one writer of JSON lines (it adds `time`).
             let first = text.split(separator: "\n", maxSplits: 1).first.map(String.init) ?? text
             let line = first.hasPrefix("courier: ") ? String(first.dropFirst("courier: ".count)) : first
-            Output(json: true).emit(["event": "error", "code": CourierError.Code.usage.rawValue, "message": line, "exitCode": 2])
+            Output(json: true).emit(ErrorEvent(code: CourierError.Code.usage.rawValue, message: line, exitCode: 2))
         }
         Foundation.exit(2)
     }

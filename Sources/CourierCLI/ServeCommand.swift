@@ -213,10 +213,7 @@ struct ServeCommand: AsyncParsableCommand {
             ) { boundPort in
                 let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(boundPort)"
                 if json {
-                    output.emit([
-                        "event": "listening", "host": host, "port": boundPort, "url": url,
-                        "content": contentDirectory.path, "gated": !isPublic,
-                    ])
+                    output.emit(ListeningEvent(host: host, port: boundPort, url: url, content: contentDirectory.path, gated: !isPublic))
                 } else {
                     output.line("courier: serving \(contentDirectory.path) on \(url)\(isPublic ? " (public, no receipt gate)" : "")")
                 }
@@ -227,7 +224,7 @@ struct ServeCommand: AsyncParsableCommand {
                     MetricsEndpoint(registry: registry, host: host, port: metricsPort, logger: logger) { boundPort in
                         let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(boundPort)/metrics"
                         if json {
-                            output.emit(["event": "metrics", "host": host, "port": boundPort, "url": url])
+                            output.emit(MetricsEvent(host: host, port: boundPort, url: url))
                         } else {
                             output.line("courier: metrics on \(url)")
                         }
@@ -243,7 +240,7 @@ struct ServeCommand: AsyncParsableCommand {
             )
             try await group.run()
             if json {
-                output.emit(["event": "stopped"])
+                output.emit(ServeResult(content: contentDirectory.path, stopped: true))
             } else {
                 output.note("courier: stopped")
             }

@@ -53,7 +53,8 @@ struct ServeCommandTests {
         #expect(access?["http.status"] as? Int == 206)
         #expect(access?["http.bytes"] as? Int == 100)
         #expect(access?["content-id"] as? String == "com.example.pack1")
-        #expect(events.last?["event"] as? String == "stopped")
+        #expect(events.last?["event"] as? String == "result")
+        #expect(events.last?["stopped"] as? Bool == true)
     }
 
     @Test("a folder that does not exist is a usage error (exit 2)")
