@@ -59,6 +59,10 @@ struct CourierCommand: AsyncParsableCommand {
             print("courier \(CourierVersion.current)")
             return
         }
+        // The --json schema's samples for JSONSchemaDocTests (docs/json.md); no user option.
+        if typed.isEmpty, ProcessInfo.processInfo.environment["COURIER_JSON_SCHEMA_SAMPLES"] == "1" {
+            return JSONSchema.printSamples()
+        }
         // Everything Courier creates (state, partial files, journals, catalogs, content) is the
         // user's alone from its first byte: no file is ever created readable by others and then
         // chmodded (DESIGN.md, "Secure by default").

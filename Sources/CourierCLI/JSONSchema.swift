@@ -1,4 +1,5 @@
 import Courier
+import CourierServer
 import Foundation
 
 // The one schema of `--json` output (docs/json.md): every line a command prints under `--json`
@@ -217,6 +218,14 @@ struct QueueChangeResult: JSONEvent {
     var downloads: [Download]
 }
 
+/// `resume` without an agent: the downloads resumed, which it then delivers (its `result` is
+/// `deliver`'s).
+struct ResumedEvent: JSONEvent {
+    static let event = "resumed"
+    static let from = "resume"
+    var downloads: [QueueChangeResult.Download]
+}
+
 // MARK: - deliver, resume, update
 
 /// Another live process works these downloads.
@@ -280,7 +289,7 @@ struct UnfinishedDownload: Encodable, Sendable {
 /// `deliver` (a first run and a re-run alike).
 struct DeliverResult: JSONEvent {
     static let event = "result"
-    static let from = "deliver"
+    static let from = "deliver, resume"
     var finishedDownloads: [String]
     var finishedTransactions: [String]
     var unfinished: [UnfinishedDownload]
@@ -672,6 +681,7 @@ enum JSONSchema {
                     .init(transactionId: "t1", productId: "p", state: "purchased", downloads: [.init(downloadId: "d1", contentIdentifier: "p", state: "waiting")])
                 ], agent: false),
             QueueChangeResult(downloads: [.init(downloadId: "d1", transactionId: "t1", state: "paused")]),
+            ResumedEvent(downloads: [.init(downloadId: "d1", transactionId: "t1", state: "waiting")]),
             WaitingForOwnerEvent(owners: [owner], downloads: ["d1"]),
             WholePackageEvent(downloadId: "d1", contentIdentifier: "p", contentLength: 3, reason: "r"),
             DownloadEvent.example(owner: owner),
@@ -752,5 +762,55 @@ extension DownloadEvent {
             contentLength: 2, rate: 1, timeRemaining: 1, error: JSONErrorInfo(code: "network", message: "m"), contentPath: "/c",
             fromVersion: "1", owner: owner)
         return event
+    }
+}
+
+extension JSONSchema {
+    /// One sample of `allExamples` as `COURIER_JSON_SCHEMA_SAMPLES=1 courier` prints it: the
+    /// line as `Output.emit` writes it, the type and its `from`, and the paths of any optional
+    /// field left nil or array left empty in the sample (which would hide fields from the check).
+    struct Sample<Event: JSONEvent>: Encodable {
+        var type: String
+        var from: String
+        var line: Output.Envelope<Event>
+        var unset: [String]
+
+        init(_ value: Event) {
+            type = String(describing: Event.self)
+            from = Event.from
+            line = Output.Envelope(value: value, time: NDJSONLogHandler.timestamp(Date()))
+            unset = JSONSchema.unset(in: value, path: "")
+        }
+    }
+
+    /// The sample lines, one per line on standard output (JSONSchemaDocTests reads them).
+    static func printSamples() {
+        let encoder = Output.encoder()
+        for example in allExamples {
+            func line<Event: JSONEvent>(_ value: Event) -> String {
+                guard let data = try? encoder.encode(Sample(value)) else { return #"{"error":"\#(Event.self) cannot be encoded"}"# }
+                return String(decoding: data, as: UTF8.self)
+            }
+            print(line(example))
+        }
+    }
+
+    /// The paths below `value` of optional properties that are nil and of arrays that are empty
+    /// (a `Nullable` may be nil: it prints `null`).
+    static func unset(in value: Any, path: String) -> [String] {
+        let mirror = Mirror(reflecting: value)
+        if String(describing: mirror.subjectType).hasPrefix("Nullable<") { return [] }
+        if mirror.displayStyle == .optional {
+            guard let wrapped = mirror.children.first?.value else { return [path] }
+            return unset(in: wrapped, path: path)
+        }
+        if mirror.displayStyle == .collection {
+            if mirror.children.isEmpty { return [path] }
+            return mirror.children.flatMap { unset(in: $0.value, path: path) }
+        }
+        guard mirror.displayStyle == .struct else { return [] }
+        return mirror.children.flatMap { child in
+            unset(in: child.value, path: path.isEmpty ? child.label ?? "?" : path + "." + (child.label ?? "?"))
+        }
     }
 }

@@ -217,13 +217,13 @@ enum QueueFormat {
     }
 
     /// What a pause, resume, cancel or discard changed: a line per download, or the `result` line.
-    static func report(_ output: Output, verb: String, changed: [DownloadRecord]) {
+    /// Not `final` (`resume` delivering them next): a `resumed` event rather than the result.
+    static func report(_ output: Output, verb: String, changed: [DownloadRecord], final: Bool = true) {
         if output.json {
-            output.emit(
-                QueueChangeResult(
-                    downloads: changed.map {
-                        QueueChangeResult.Download(downloadId: $0.id, transactionId: $0.transactionId, state: $0.state.rawValue)
-                    }))
+            let downloads = changed.map {
+                QueueChangeResult.Download(downloadId: $0.id, transactionId: $0.transactionId, state: $0.state.rawValue)
+            }
+            if final { output.emit(QueueChangeResult(downloads: downloads)) } else { output.emit(ResumedEvent(downloads: downloads)) }
             return
         }
         if changed.isEmpty {
