@@ -628,10 +628,8 @@ struct PrestageSignedEvent: JSONEvent {
     var target: String
 }
 
-/// `prestage`: every entry of the run (then the `result`, or the `error` when packages failed).
-struct PrestageSummaryEvent: JSONEvent {
-    static let event = "summary"
-    static let from = "prestage"
+/// The numbers of a `prestage` run.
+struct PrestageSummaryFields: Encodable, Sendable {
     struct Failure: Encodable, Sendable {
         var contentIdentifier: String
         var code: String
@@ -645,13 +643,20 @@ struct PrestageSummaryEvent: JSONEvent {
     var seconds: Double
 }
 
-/// `prestage`: every package staged.
+/// `prestage`: some packages failed; the `error` follows.
+struct PrestageSummaryEvent: JSONEvent {
+    static let event = "summary"
+    static let from = "prestage"
+    var summary: PrestageSummaryFields
+    func encode(to encoder: any Encoder) throws { try summary.encode(to: encoder) }
+}
+
+/// `prestage`: every package staged (or unchanged).
 struct PrestageResult: JSONEvent {
     static let event = "result"
     static let from = "prestage"
-    /// The folder staged into.
-    var dest: String
-    var catalogChanged: Bool
+    var summary: PrestageSummaryFields
+    func encode(to encoder: any Encoder) throws { try summary.encode(to: encoder) }
 }
 
 // MARK: - The samples
@@ -666,6 +671,9 @@ enum JSONSchema {
         let saved = SavedFileFields(file: "/tmp/a.bin", length: 12, sha256: "ab", bytesFetched: 12, resumedFrom: 0)
         let retry = TransferRetry(
             id: "d1", retry: 1, maxRetries: 5, delay: 0.25, error: CourierError(.network, "HTTP 503", cause: "HTTP 503"))
+        let prestageSummary = PrestageSummaryFields(
+            staged: 1, unchanged: 0, failed: [.init(contentIdentifier: "q", code: "network", message: "m")], bytesFetched: 3,
+            catalogChanged: true, seconds: 0.5)
         let retryEvent = RetryEvent(retry, file: "/tmp/a.bin", downloadId: "d1")
         return [
             ErrorEvent(code: "usage", message: "m", exitCode: 2, cause: "c", hint: "h", check: "format"),
@@ -731,10 +739,8 @@ enum JSONSchema {
             PrestagePublishedEvent(packages: 1, changed: true),
             PrestageProgressEvent(packages: 1, packagesDone: 0, packagesFailed: 0, bytesReceived: 1, contentLength: 3, rate: 1, timeRemaining: 2),
             PrestageSignedEvent(root: 1, targets: 1, snapshot: 1, timestamp: 1, target: "catalog.json"),
-            PrestageSummaryEvent(
-                staged: 1, unchanged: 0, failed: [.init(contentIdentifier: "q", code: "network", message: "m")], bytesFetched: 3,
-                catalogChanged: true, seconds: 0.5),
-            PrestageResult(dest: "/d", catalogChanged: true),
+            PrestageSummaryEvent(summary: prestageSummary),
+            PrestageResult(summary: prestageSummary),
         ]
     }
 }

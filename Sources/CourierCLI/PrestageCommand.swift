@@ -169,6 +169,7 @@ struct PrestageCommand: AsyncParsableCommand {
                             + "snapshot \(published.snapshot), timestamp \(published.timestamp)) in \(destination.path)/metadata")
                 }
             }
+            progress.emitSummary(summary)
             let failures = summary.failures
             if !failures.isEmpty {
                 let names = failures.map(\.contentIdentifier).joined(separator: ", ")
@@ -178,7 +179,6 @@ struct PrestageCommand: AsyncParsableCommand {
                     hint: "the catalog keeps their previously published versions; fix the cause and run again"
                 )
             }
-            if output.json { output.emit(PrestageResult(dest: destination.path, catalogChanged: summary.catalogChanged)) }
         }
     }
 }
@@ -295,22 +295,28 @@ final class PrestageProgress: Sendable {
         }
     }
 
-    /// The table of every entry (text), or one `summary` document (`--json`).
+    /// The run's numbers with `--json`, last: the `result` when every package was staged, else a
+    /// `summary` event before the `error`.
+    func emitSummary(_ summary: PrestageSummary) {
+        guard output.json else { return }
+        let fields = PrestageSummaryFields(
+            staged: summary.rows.filter { $0.status == .staged }.count,
+            unchanged: summary.rows.filter { $0.status == .unchanged }.count,
+            failed: summary.failures.map {
+                PrestageSummaryFields.Failure(
+                    contentIdentifier: $0.contentIdentifier, code: $0.error?.code.rawValue ?? "internal", message: $0.error?.message ?? "")
+            },
+            bytesFetched: summary.bytesFetched, catalogChanged: summary.catalogChanged,
+            seconds: (Date().timeIntervalSince(started) * 1000).rounded() / 1000)
+        if summary.failures.isEmpty { output.emit(PrestageResult(summary: fields)) } else { output.emit(PrestageSummaryEvent(summary: fields)) }
+    }
+
+    /// The table of every entry (text; with `--json` see `emitSummary`).
     func printSummary(_ summary: PrestageSummary) {
+        guard !output.json else { return }
         let staged = summary.rows.filter { $0.status == .staged }.count
         let unchanged = summary.rows.filter { $0.status == .unchanged }.count
         let seconds = Date().timeIntervalSince(started)
-        if output.json {
-            output.emit(
-                PrestageSummaryEvent(
-                    staged: staged, unchanged: unchanged,
-                    failed: summary.failures.map {
-                        PrestageSummaryEvent.Failure(
-                            contentIdentifier: $0.contentIdentifier, code: $0.error?.code.rawValue ?? "internal", message: $0.error?.message ?? "")
-                    },
-                    bytesFetched: summary.bytesFetched, catalogChanged: summary.catalogChanged, seconds: (seconds * 1000).rounded() / 1000))
-            return
-        }
         let table = [["CONTENT", "STATUS", "FETCHED", "NOTE"]] + summary.rows.map { row in
             let note = row.error.map { "\($0.code): \($0.message)" } ?? ""
             return [row.contentIdentifier, row.status.rawValue, QueueFormat.bytes(row.bytesFetched), note]

@@ -53,8 +53,12 @@ struct ServeCommandTests {
         #expect(access?["http.status"] as? Int == 206)
         #expect(access?["http.bytes"] as? Int == 100)
         #expect(access?["content-id"] as? String == "com.example.pack1")
+        // "stopping" when the signal came, the result ("stopped") only once it had stopped.
         #expect(events.last?["event"] as? String == "result")
         #expect(events.last?["stopped"] as? Bool == true)
+        let said = events.compactMap { $0["event"] as? String }
+        #expect(said.suffix(2) == ["stopping", "result"], "\(said)")
+        #expect(events.last { $0["event"] as? String == "stopping" }?["signal"] as? String == "SIGTERM")
     }
 
     @Test("a folder that does not exist is a usage error (exit 2)")
