@@ -60,7 +60,8 @@ struct CourierCommand: AsyncParsableCommand {
             return
         }
         // The --json schema's samples for JSONSchemaDocTests (docs/json.md); no user option.
-        if typed.isEmpty, ProcessInfo.processInfo.environment["COURIER_JSON_SCHEMA_SAMPLES"] == "1" {
+        if typed.isEmpty, let samples = ProcessInfo.processInfo.environment["COURIER_JSON_SCHEMA_SAMPLES"], !samples.isEmpty {
+            if samples == "unencodable" { Foundation.exit(JSONSchema.emitUnencodable()) }
             return JSONSchema.printSamples()
         }
         // Everything Courier creates (state, partial files, journals, catalogs, content) is the

@@ -789,6 +789,18 @@ extension JSONSchema {
         }
     }
 
+    /// What a command does when one of its lines cannot be encoded (a non-finite number):
+    /// through `Output` as every command, a `download` event with a NaN rate, then a `result`.
+    /// Returns the exit code `GlobalOptions.run` ends such a command with.
+    static func emitUnencodable() -> Int32 {
+        let output = Output(json: true)
+        var event = DownloadEvent.example(owner: JSONOwner(pid: 1, host: "host", alive: true, heartbeatAt: nil))
+        event.rate = .nan
+        output.emit(event)
+        output.emit(ContentDeleteResult(contentIdentifier: "p"))
+        return output.encodingFailed ? 1 : 0
+    }
+
     /// The sample lines, one per line on standard output (JSONSchemaDocTests reads them).
     static func printSamples() {
         let encoder = Output.encoder()

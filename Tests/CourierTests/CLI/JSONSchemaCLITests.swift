@@ -193,4 +193,41 @@ struct JSONSchemaCLITests {
             if resumed { #expect(run.events.contains { $0["event"] as? String == "resumed" }) }
         }
     }
+
+    @Test("sandbox, receipt, origin, content, prestage, status and update: every line documented, the last a result or an error")
+    func otherCommands() throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let sandbox = folder.appending("Sandbox").path
+        let storage = ["--storage", folder.appending("Storage").path]
+        func run(_ arguments: [String]) throws -> CourierBinary.Result {
+            try CourierBinary.run(arguments + ["--json"] + storage, environment: CourierBinary.isolatedEnvironment(folder))
+        }
+        let initialized = try run(["sandbox", "init", "--dir", sandbox])
+        #expect(initialized.status == 0, "\(initialized.stderr)")
+        check(initialized, "sandbox init")
+        let purchase = try run(["sandbox", "purchase", "com.example.levels.pack1", "--dir", sandbox])
+        check(purchase, "sandbox purchase")
+        let token = try #require(purchase.events.last?["signedTransaction"] as? String)
+        let receipt = folder.appending("purchase.jws")
+        try Data((token + "\n").utf8).write(to: receipt)
+        let root = sandbox + "/root.pem"
+        let verified = try run(["receipt", "verify", receipt.path, "--trust-root", root, "--environment", "Sandbox"])
+        #expect(verified.status == 0, "\(verified.stderr)")
+        check(verified, "receipt verify")
+        #expect((verified.events.last?["transactions"] as? [Any])?.count == 1)
+        check(try run(["receipt", "verify", receipt.path, "--trust-root", root]), "receipt verify, refused")
+        check(
+            try run(["receipt", "entitlements", receipt.path, "--catalog", sandbox + "/catalog.json", "--trust-root", root, "--environment", "Sandbox"]),
+            "receipt entitlements")
+        let nginx = try run(["origin", "nginx-config", "--content", sandbox, "--gate", "127.0.0.1:8081", "--listen", "127.0.0.1:8080"])
+        #expect(nginx.status == 0, "\(nginx.stderr)")
+        check(nginx, "origin nginx-config")
+        check(try run(["content", "delete", "com.example.nothing"]), "content delete")
+        check(try run(["content", "verify"]), "content verify")
+        check(try run(["prestage", "--catalog", folder.appending("none.json").path, "--dest", folder.appending("stage").path]), "prestage")
+        check(try run(["status", "nosuch", "--watch"]), "status --watch")
+        check(try run(["update"]), "update")
+        check(try run(["enqueue", "--receipt", folder.appending("none.jws").path]), "enqueue")
+    }
 }

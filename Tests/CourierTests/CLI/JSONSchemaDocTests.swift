@@ -134,4 +134,16 @@ struct JSONSchemaDocTests {
         let sampled = Set(try Self.samples().map(\.type))
         #expect(declared.subtracting(sampled).isEmpty, "JSONEvent types without a sample in JSONSchema.allExamples: \(declared.subtracting(sampled).sorted())")
     }
+
+    @Test("a line that cannot be encoded is an error line, nothing follows it, and the exit code is 1")
+    func unencodableLine() throws {
+        let result = try CourierBinary.run([], environment: ["COURIER_JSON_SCHEMA_SAMPLES": "unencodable"])
+        #expect(result.status == 1)
+        let events = result.events
+        #expect(events.count == 1, "\(result.stdout)")
+        #expect(events.last?["event"] as? String == "error")
+        #expect(events.last?["code"] as? String == "internal")
+        #expect(events.last?["exitCode"] as? Int == 1)
+        #expect((events.last?["message"] as? String)?.contains("`download`") == true, "\(events)")
+    }
 }
