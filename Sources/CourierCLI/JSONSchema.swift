@@ -84,7 +84,7 @@ struct ErrorEvent: JSONEvent {
 /// A transfer is retried.
 struct RetryEvent: JSONEvent {
     static let event = "retry"
-    static let from = "get, deliver"
+    static let from = "get, deliver, resume, update"
     /// `get`: the file being saved.
     var file: String?
     /// `deliver` (and the commands that deliver): the download.
@@ -249,7 +249,7 @@ struct WholePackageEvent: JSONEvent {
 /// A download changed.
 struct DownloadEvent: JSONEvent {
     static let event = "download"
-    static let from = "deliver, resume, update"
+    static let from = "deliver, resume, update, content verify --repair"
     var downloadId: String
     var transactionId: String
     var contentIdentifier: String
@@ -269,7 +269,7 @@ struct DownloadEvent: JSONEvent {
 /// A transaction changed.
 struct TransactionEvent: JSONEvent {
     static let event = "transaction"
-    static let from = "deliver, resume"
+    static let from = "deliver, resume, update"
     var transactionId: String
     var productId: String
     var state: String
