@@ -28,7 +28,7 @@ struct ContentListCommand: AsyncParsableCommand {
                     var content: [DeliveredContent]
                     var backupExclusion: BackupExclusion.Support
                 }
-                out.emit(encodable: Listing(content: contents, backupExclusion: support))
+                out.emit(document: Listing(content: contents, backupExclusion: support))
                 return
             }
             if contents.isEmpty {
@@ -62,7 +62,7 @@ struct ContentPathCommand: AsyncParsableCommand {
             let placer = try global.contentPlacer(existingStore: true, recover: false)
             if let content = try placer.content(product) {
                 if out.json {
-                    out.emit(encodable: content)
+                    out.emit(document: content)
                 } else {
                     out.line(content.path)
                 }
@@ -76,7 +76,7 @@ struct ContentPathCommand: AsyncParsableCommand {
             }
             if out.json {
                 struct Items: Encodable { var content: [DeliveredContent] }
-                out.emit(encodable: Items(content: items))
+                out.emit(document: Items(content: items))
             } else {
                 for item in items { out.line(item.path) }
             }
@@ -98,7 +98,7 @@ struct ContentDeleteCommand: AsyncParsableCommand {
             let placer = try global.contentPlacer(existingStore: true, recover: true)
             try placer.delete(product)
             if out.json {
-                out.emit(["event": "deleted", "contentIdentifier": product])
+                out.emit(ContentDeleteResult(contentIdentifier: product))
             } else {
                 out.done("deleted \(product)")
             }
@@ -143,12 +143,10 @@ struct ContentVerifyCommand: AsyncParsableCommand {
                     let mended = try await client.repair(check)
                     if let downloadId = mended.downloadId { queued.append(downloadId) }
                     if output.json {
-                        var event: [String: Any] = [
-                            "event": "repair", "contentIdentifier": mended.contentIdentifier, "method": mended.method.rawValue,
-                        ]
-                        if let bytes = mended.bytesFetched { event["bytesFetched"] = bytes }
-                        if let downloadId = mended.downloadId { event["downloadId"] = downloadId }
-                        output.emit(event)
+                        output.emit(
+                            RepairEvent(
+                                contentIdentifier: mended.contentIdentifier, method: mended.method.rawValue, bytesFetched: mended.bytesFetched,
+                                downloadId: mended.downloadId))
                     } else if mended.method == .entries {
                         output.line("\(mended.contentIdentifier): repaired by entries (\(QueueFormat.bytes(mended.bytesFetched ?? 0)) fetched)")
                     } else {
@@ -176,10 +174,10 @@ struct ContentVerifyCommand: AsyncParsableCommand {
                     hint: repair ? "run it again; if it stays so, its package may have changed since it was delivered" : next)
             }
             if output.json {
-                output.emit([
-                    "event": "result", "ok": checks.filter { $0.status == .ok }.map(\.contentIdentifier),
-                    "unverifiable": checks.filter { $0.status == .unverifiable }.map(\.contentIdentifier),
-                ])
+                output.emit(
+                    ContentVerifyResult(
+                        ok: checks.filter { $0.status == .ok }.map(\.contentIdentifier),
+                        unverifiable: checks.filter { $0.status == .unverifiable }.map(\.contentIdentifier)))
             } else if checks.isEmpty {
                 output.line("No delivered content.")
             }
@@ -189,12 +187,11 @@ struct ContentVerifyCommand: AsyncParsableCommand {
     /// One content's verdict: a line, or a `verified` event (`after`: once repaired).
     private func say(_ check: ContentCheck, _ output: Output, after: Bool = false) {
         if output.json {
-            output.emit([
-                "event": "verified", "contentIdentifier": check.contentIdentifier, "productId": check.productId,
-                "version": check.version, "placement": check.placement.rawValue, "contentPath": check.path,
-                "status": check.status.rawValue, "missingFiles": check.missingFiles, "damagedFiles": check.damagedFiles,
-                "filesChecked": check.filesChecked, "repaired": after,
-            ])
+            output.emit(
+                VerifiedContentEvent(
+                    contentIdentifier: check.contentIdentifier, productId: check.productId, version: check.version,
+                    placement: check.placement.rawValue, contentPath: check.path, status: check.status.rawValue,
+                    missingFiles: check.missingFiles, damagedFiles: check.damagedFiles, filesChecked: check.filesChecked, repaired: after))
             return
         }
         var line = "\(check.contentIdentifier) \(check.version): \(check.status.rawValue)"

@@ -59,6 +59,11 @@ struct CourierCommand: AsyncParsableCommand {
             print("courier \(CourierVersion.current)")
             return
         }
+        // The --json schema's samples for JSONSchemaDocTests (docs/json.md); no user option.
+        if typed.isEmpty, let samples = ProcessInfo.processInfo.environment["COURIER_JSON_SCHEMA_SAMPLES"], !samples.isEmpty {
+            if samples == "unencodable" { Foundation.exit(JSONSchema.emitUnencodable()) }
+            return JSONSchema.printSamples()
+        }
         // Everything Courier creates (state, partial files, journals, catalogs, content) is the
         // user's alone from its first byte: no file is ever created readable by others and then
         // chmodded (DESIGN.md, "Secure by default").
@@ -103,7 +108,7 @@ struct CourierCommand: AsyncParsableCommand {
             // Through Output, the one writer of JSON lines (it adds `time`).
             let first = text.split(separator: "\n", maxSplits: 1).first.map(String.init) ?? text
             let line = first.hasPrefix("courier: ") ? String(first.dropFirst("courier: ".count)) : first
-            Output(json: true).emit(["event": "error", "code": CourierError.Code.usage.rawValue, "message": line, "exitCode": 2])
+            Output(json: true).emit(ErrorEvent(code: CourierError.Code.usage.rawValue, message: line, exitCode: 2))
         }
         Foundation.exit(2)
     }

@@ -94,14 +94,13 @@ extension CourierClient {
         let (summary, view, interrupted) = try await runInForeground(scope: scope, output: output, retryStopped: retryStopped)
         let finished = try entries()
         if output.json {
-            output.emit([
-                "event": "result",
-                "finishedDownloads": summary.finishedDownloads,
-                "finishedTransactions": summary.finishedTransactions,
-                "unfinished": QueueFormat.unfinished(summary.unfinished),
-                "content": finished.compactMap { $0.download?.contentURL?.path },
-                "alreadyDelivered": Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted(),
-            ])
+            output.emit(
+                DeliverResult(
+                    finishedDownloads: summary.finishedDownloads,
+                    finishedTransactions: summary.finishedTransactions,
+                    unfinished: UnfinishedDownload.list(summary.unfinished),
+                    content: finished.compactMap { $0.download?.contentURL?.path },
+                    alreadyDelivered: Set(before.filter { $0.transactionState == .finished }.map(\.transactionId)).sorted()))
         } else {
             // Each download placed by this run was said when it happened (by the view), or now.
             for download in finished.compactMap(\.download) where !finishedBefore.contains(download.id) {

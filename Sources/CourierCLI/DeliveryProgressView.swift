@@ -20,6 +20,8 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
         var announced: Set<String> = []
         /// Another process's downloads whose failure was said when it happened.
         var failuresSaid: Set<String> = []
+        /// The state of each transaction said last in a `transaction` event (--json).
+        var transactionStates: [String: TransactionState] = [:]
         /// Set by `finish`: nothing more is drawn.
         var closed = false
     }
@@ -79,7 +81,7 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
     func paymentQueue(_ queue: PaymentQueue, downloads: [DownloadRecord], workedBy owner: LeaseOwner) {
         let name = "\(owner.pid)@\(owner.host)"
         if output.json {
-            output.emit(["event": "waitingForOwner", "owners": [name], "downloads": downloads.map(\.id)])
+            output.emit(WaitingForOwnerEvent(owners: [JSONOwner(live: owner)], downloads: downloads.map(\.id)))
         } else {
             let names = downloads.map(\.contentIdentifier).joined(separator: ", ")
             output.info("courier: another process (\(name)) is delivering \(names); waiting for it to finish")
@@ -91,10 +93,9 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
     /// event with --json.
     func paymentQueue(_ queue: PaymentQueue, download: DownloadRecord, fetchesWholePackageBecause reason: String) {
         if output.json {
-            output.emit([
-                "event": "wholePackage", "downloadId": download.id, "contentIdentifier": download.contentIdentifier,
-                "contentLength": download.length, "reason": reason,
-            ])
+            output.emit(
+                WholePackageEvent(
+                    downloadId: download.id, contentIdentifier: download.contentIdentifier, contentLength: download.length, reason: reason))
         } else {
             output.info(
                 "courier: \(download.contentIdentifier): downloading the whole package (\(QueueFormat.bytes(download.length))) "
@@ -105,23 +106,17 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
     private func emit(_ transactions: [TransactionRecord]) {
         guard output.json else { return }
         for record in transactions {
-            output.emit(["event": "transaction", "transactionId": record.id, "productId": record.productId, "state": record.state.rawValue])
+            // A finished transaction is both updated and removed from the queue: one event per
+            // state a transaction reaches, not one per notification.
+            let changed = state.withLock { $0.transactionStates.updateValue(record.state, forKey: record.id) != record.state }
+            guard changed else { continue }
+            output.emit(TransactionEvent(transactionId: record.id, productId: record.productId, state: record.state.rawValue))
         }
     }
 
     private func show(_ record: DownloadRecord, owner: LeaseOwner?) {
         if output.json {
-            var event: [String: Any] = [
-                "event": "download", "downloadId": record.id, "transactionId": record.transactionId, "contentIdentifier": record.contentIdentifier,
-                "state": record.state.rawValue, "progress": record.progress, "bytesReceived": record.bytesReceived,
-                "contentLength": record.length, "rate": record.rate,
-            ]
-            if let remaining = record.timeRemaining { event["timeRemaining"] = remaining }
-            if let code = record.errorCode { event["error"] = ["code": code.rawValue, "message": record.errorMessage ?? ""] }
-            if let url = record.contentURL { event["contentPath"] = url.path }
-            if let from = record.updateFrom { event["fromVersion"] = from }
-            if let owner { event["owner"] = "\(owner.pid)@\(owner.host)" }
-            output.emit(event)
+            output.emit(DownloadEvent(record, owner: owner))
             return
         }
         announce(record, byAnotherProcess: owner != nil)  // when it happens, on a terminal or not

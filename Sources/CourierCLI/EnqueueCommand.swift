@@ -37,21 +37,23 @@ struct EnqueueCommand: AsyncParsableCommand {
         }
     }
 
-    /// Prints what was queued (one line per transaction, or one `enqueued` JSON event), then
+    /// Prints what was queued (one line per transaction, or the `result` JSON line), then
     /// throws for purchases of products the catalog does not list (exit 3; the others are queued).
     private func report(_ result: QueueResult, output: Output, via: String?) throws {
-        var lines: [[String: Any]] = []
+        var lines: [EnqueueResult.Transaction] = []
         for transaction in result.transactions {
             let downloads = result.downloads.filter { $0.transactionId == transaction.id }
-            lines.append([
-                "transactionId": transaction.id, "productId": transaction.productId, "state": transaction.state.rawValue,
-                "downloads": downloads.map { ["downloadId": $0.id, "contentIdentifier": $0.contentIdentifier, "state": $0.state.rawValue] },
-            ])
+            lines.append(
+                EnqueueResult.Transaction(
+                    transactionId: transaction.id, productId: transaction.productId, state: transaction.state.rawValue,
+                    downloads: downloads.map {
+                        EnqueueResult.Download(downloadId: $0.id, contentIdentifier: $0.contentIdentifier, state: $0.state.rawValue)
+                    }))
             if !output.json {
                 output.done("queued \(transaction.id) (\(transaction.productId)): \(transaction.state.rawValue), \(downloads.count) download\(downloads.count == 1 ? "" : "s")\(via.map { " with \($0)" } ?? "")")
             }
         }
-        if output.json { output.emit(["event": "enqueued", "transactions": lines, "agent": via != nil]) }
+        if output.json { output.emit(EnqueueResult(transactions: lines, agent: via != nil)) }
         // Queued with no agent to take it: nothing moves until one runs. Say so, and how.
         if via == nil, !output.json, result.downloads.contains(where: { $0.state == .waiting }) {
             output.info(

@@ -307,10 +307,7 @@ struct GetCommand: AsyncParsableCommand {
                     .usage, "\(list):\(number): refused \(DownloadFileName.escaped(address)): \(reason)")
                 refused.append(refusal)
                 if output.json {
-                    output.emit([
-                        "event": "refused", "line": number, "url": address, "code": refusal.code.rawValue,
-                        "message": refusal.message,
-                    ])
+                    output.emit(GetRefusedEvent(line: number, url: address, code: refusal.code.rawValue, message: refusal.message))
                 } else {
                     output.note("courier: \(refusal.message)")
                 }
@@ -333,9 +330,7 @@ struct GetCommand: AsyncParsableCommand {
                         let error = retries.summarized(error)
                         GetDestination.removeEmptyLeftovers(of: request, journal: store)
                         if output.json, let error = error as? CourierError {
-                            output.emit([
-                                "event": "failed", "file": request.destination.path, "code": error.code.rawValue, "message": error.message,
-                            ])
+                            output.emit(GetFailedEvent(file: request.destination.path, code: error.code.rawValue, message: error.message))
                         }
                         return (request, .failure(error))
                     }
@@ -372,7 +367,7 @@ struct GetCommand: AsyncParsableCommand {
         }
         if failures.isEmpty && refused.isEmpty {
             if output.json {
-                output.emit(["event": "result", "saved": requests.count, "directory": folder.path])
+                output.emit(GetListResult(saved: requests.count, directory: folder.path))
             } else {
                 output.done("saved \(requests.count) files in \(folder.path)")
             }
@@ -399,11 +394,12 @@ struct GetCommand: AsyncParsableCommand {
 
     private func report(_ result: DownloadResult, output: Output) {
         if output.json {
-            output.emit([
-                // One file of a list is "saved"; the command's last line is its "result" or "error".
-                "event": inputFile == nil ? "result" : "saved", "file": result.file.path, "length": result.length,
-                "sha256": result.sha256, "bytesFetched": result.bytesFetched, "resumedFrom": result.resumedFrom,
-            ])
+            // One file of a list is "saved"; the command's last line is its "result" or "error".
+            if inputFile == nil {
+                output.emit(GetResult(saved: SavedFileFields(result)))
+            } else {
+                output.emit(GetSavedEvent(saved: SavedFileFields(result)))
+            }
         } else if inputFile == nil {
             let resumed = result.resumedFrom > 0 ? ", resumed at byte \(result.resumedFrom)" : ""
             output.done("saved \(result.file.path) (\(result.length) bytes, sha256 \(result.sha256)\(resumed))")
@@ -451,7 +447,7 @@ final class RetryReporter: Sendable {
         { [self] retry in
             retries.add(1, ordering: .relaxed)
             if output.json {
-                output.emit(Self.event(retry, file: file))
+                output.emit(RetryEvent(retry, file: file, downloadId: nil))
             } else {
                 output.info(Self.line(retry))
             }
@@ -465,17 +461,6 @@ final class RetryReporter: Sendable {
         let cause = retry.error.cause.map { cause in retry.error.message.contains(cause) ? "" : " (\(cause))" } ?? ""
         let count = retry.maxRetries > 0 ? "retry \(retry.retry) of \(retry.maxRetries)" : "retry \(retry.retry)"
         return "courier: \(retry.id): \(retry.error.message)\(cause); \(count) in \(seconds(retry.delay))"
-    }
-
-    /// The `retry` event of --json output (docs/json.md).
-    static func event(_ retry: TransferRetry, file: String?) -> [String: Any] {
-        var event: [String: Any] = [
-            "event": "retry", "retry": retry.retry, "maxRetries": retry.maxRetries,
-            "delay": (retry.delay * 1000).rounded() / 1000, "code": retry.error.code.rawValue, "message": retry.error.message,
-        ]
-        if let file { event["file"] = file }
-        if let cause = retry.error.cause { event["cause"] = cause }
-        return event
     }
 
     /// `error` with "after N attempts in T" added when the download was retried.

@@ -86,7 +86,7 @@ struct GlobalOptions: ParsableArguments {
         if let output {
             options.onTransferRetry = { retry in
                 if output.json {
-                    output.emit(RetryReporter.event(retry, file: nil).merging(["downloadId": retry.id]) { $1 })
+                    output.emit(RetryEvent(retry, file: nil, downloadId: retry.id))
                 } else {
                     output.info(RetryReporter.line(retry))
                 }

@@ -23,7 +23,7 @@ struct ListCommand: AsyncParsableCommand {
             let entries = try await global.queueControl().perform(.list(includeFinished: all, stalledOnly: stalled)).entries
             if let notice = CatalogTrustNotice.read(global.layout) { output.note("courier: \(notice)") }
             if output.json {
-                output.emit(encodable: QueueListing(entries))
+                output.emit(document: QueueListing(entries))
                 return
             }
             guard !entries.isEmpty else {
@@ -39,7 +39,7 @@ struct ListCommand: AsyncParsableCommand {
 
 /// The `--json` document of `courier list` and `courier status`.
 struct QueueListing: Encodable {
-    struct Line: Encodable {
+    struct Line: Encodable, Sendable {
         var transactionId: String
         var productId: String
         var transactionState: String
@@ -68,50 +68,56 @@ struct QueueListing: Encodable {
         /// The catalog's mirrors of the package, tried in order after its URL.
         var mirrors: [String]?
 
-        struct ErrorLine: Encodable {
+        struct ErrorLine: Encodable, Sendable {
             var code: String
             var message: String
         }
 
-        struct Owner: Encodable {
-            var pid: Int32
-            var host: String
-            var alive: Bool
-            var heartbeatAt: Date
-        }
-
-        init(_ entry: QueueEntry) {
-            transactionId = entry.transactionId
-            productId = entry.productId
-            transactionState = entry.transactionState.rawValue
-            revoked = entry.revoked ? true : nil
-            stalled = entry.stalled?.rawValue
-            if let lease = entry.lease {
-                owner = Owner(pid: lease.owner.pid, host: lease.owner.host, alive: entry.ownerAlive ?? false, heartbeatAt: lease.heartbeatAt)
-            }
-            guard let d = entry.download else { return }
-            downloadId = d.id
-            contentIdentifier = d.contentIdentifier
-            state = d.state.rawValue
-            pauseReason = d.pauseReason?.rawValue
-            progress = d.progress
-            bytesReceived = d.bytesReceived
-            contentLength = d.length
-            contentVersion = d.version
-            placement = d.placement.rawValue
-            rate = d.rate
-            timeRemaining = d.timeRemaining
-            if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
-            contentPath = d.contentURL?.path
-            updateFrom = d.updateFrom
-            source = d.source?.absoluteString
-            mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
-        }
+        typealias Owner = JSONOwner
     }
 
     var entries: [Line]
 
     init(_ entries: [QueueEntry]) { self.entries = entries.map(Line.init) }
+}
+
+extension QueueListing.Line {
+    init(_ entry: QueueEntry) {
+        transactionId = entry.transactionId
+        productId = entry.productId
+        transactionState = entry.transactionState.rawValue
+        revoked = entry.revoked ? true : nil
+        stalled = entry.stalled?.rawValue
+        if let lease = entry.lease {
+            owner = Owner(pid: lease.owner.pid, host: lease.owner.host, alive: entry.ownerAlive ?? false, heartbeatAt: lease.heartbeatAt)
+        }
+        guard let d = entry.download else { return }
+        downloadId = d.id
+        contentIdentifier = d.contentIdentifier
+        state = d.state.rawValue
+        pauseReason = d.pauseReason?.rawValue
+        progress = d.progress
+        bytesReceived = d.bytesReceived
+        contentLength = d.length
+        contentVersion = d.version
+        placement = d.placement.rawValue
+        rate = d.rate
+        timeRemaining = d.timeRemaining
+        if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
+        contentPath = d.contentURL?.path
+        updateFrom = d.updateFrom
+        source = d.source?.absoluteString
+        mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
+    }
+
+    /// A sample with every field set (JSONSchema.allExamples).
+    static func example(owner: JSONOwner) -> QueueListing.Line {
+        QueueListing.Line(
+            transactionId: "t1", productId: "p", transactionState: "purchased", revoked: true, downloadId: "d1", contentIdentifier: "p",
+            state: "active", pauseReason: "user", progress: 0.5, bytesReceived: 1, contentLength: 2, contentVersion: "2",
+            placement: "applicationSupport", rate: 1, timeRemaining: 1, error: ErrorLine(code: "network", message: "m"),
+            contentPath: "/c", owner: owner, stalled: "network", updateFrom: "1", source: "http://x", mirrors: ["http://y"])
+    }
 }
 
 extension GlobalOptions {
@@ -205,23 +211,19 @@ enum QueueFormat {
         d.errorMessage.map { ": \($0)" } ?? d.pauseReason.map { " (\($0.rawValue))" } ?? ""
     }
 
-    /// The `unfinished` field of a `result` event (docs/json.md).
-    static func unfinished(_ downloads: [DownloadRecord]) -> [[String: Any]] {
-        downloads.map { ["downloadId": $0.id, "state": $0.state.rawValue, "error": $0.errorCode?.rawValue ?? NSNull()] }
-    }
-
     /// The downloads `id` names, or every applicable one with `all`.
     static func target(id: String?, all: Bool) -> QueueTarget {
         all ? .all : .ids(id.map { [$0] } ?? [])
     }
 
-    /// What a pause, resume, cancel or discard changed: a line per download, or one JSON event.
-    static func report(_ output: Output, verb: String, changed: [DownloadRecord]) {
+    /// What a pause, resume, cancel or discard changed: a line per download, or the `result` line.
+    /// Not `final` (`resume` delivering them next): a `resumed` event rather than the result.
+    static func report(_ output: Output, verb: String, changed: [DownloadRecord], final: Bool = true) {
         if output.json {
-            output.emit([
-                "event": verb,
-                "downloads": changed.map { ["downloadId": $0.id, "transactionId": $0.transactionId, "state": $0.state.rawValue] },
-            ])
+            let downloads = changed.map {
+                QueueChangeResult.Download(downloadId: $0.id, transactionId: $0.transactionId, state: $0.state.rawValue)
+            }
+            if final { output.emit(QueueChangeResult(downloads: downloads)) } else { output.emit(ResumedEvent(downloads: downloads)) }
             return
         }
         if changed.isEmpty {

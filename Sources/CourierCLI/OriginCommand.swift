@@ -67,10 +67,10 @@ struct OriginNginxConfigCommand: AsyncParsableCommand {
                 decisionCache: decisionCache, decisionCachePath: decisionCachePath
             )
             if global.json {
-                output.emit([
-                    "event": "nginx-config", "content": folder.path, "gates": gate, "listen": listen,
-                    "decisionCache": decisionCache, "configuration": configuration.render(),
-                ])
+                output.emit(
+                    NginxConfigResult(
+                        content: folder.path, gates: gate, listen: listen, decisionCache: decisionCache,
+                        configuration: configuration.render()))
             } else {
                 var text = configuration.render()
                 if text.hasSuffix("\n") { text.removeLast() }

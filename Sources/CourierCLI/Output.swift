@@ -53,34 +53,63 @@ final class Output: Sendable {
         if !quiet { note(text) }
     }
 
-    /// Prints one JSON value as a single line (an NDJSON event or the final document).
-    /// Every event carries `time`, when it was emitted (RFC 3339, UTC, milliseconds; docs/json.md).
-    func emit(_ object: [String: Any]) {
-        var object = object
-        if object["time"] == nil { object["time"] = NDJSONLogHandler.timestamp(Date()) }
-        // Most events (strings, integers, booleans) are written by hand, the same bytes
-        // JSONSerialization writes (JSONLine); the others go through it.
-        if let bytes = JSONLine.encode(object) {
-            return line(String(decoding: bytes, as: UTF8.self))
-        }
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]),
-            let text = String(data: data, encoding: .utf8)
-        else { return }
-        line(text)
+    /// Prints one event of docs/json.md as a single NDJSON line: its fields beside `event` and
+    /// `time` (when it was emitted: RFC 3339, UTC, milliseconds). The one writer of JSON lines.
+    /// A value that cannot be encoded (a non-finite number) is not dropped silently: an `error`
+    /// line says so, nothing is printed after it, and the command exits 1 (`encodingFailed`).
+    func emit<Event: JSONEvent>(_ value: Event) {
+        write(line: Envelope(value: value, time: NDJSONLogHandler.timestamp(Date())), kind: Event.event)
     }
 
-    /// Prints an Encodable value as one JSON line; with `event`, as that NDJSON event (the value's
-    /// fields beside `event` and `time`).
-    func emit<T: Encodable>(encodable value: T, event: String? = nil) {
+    /// Prints a whole `--json` document (`list`, `status`, `content list`, `package`: one value,
+    /// no `event`) as one line, through the same encoder as the events.
+    func emit<Document: Encodable>(document value: Document) {
+        write(line: value, kind: "document")
+    }
+
+    /// Set when a line could not be encoded: the command then ends with exit code 1.
+    var encodingFailed: Bool { failed.load(ordering: .relaxed) }
+
+    private let failed = Atomic<Bool>(false)
+
+    /// The encoder of every JSON line: keys sorted, `/` not escaped, dates in RFC 3339.
+    static func encoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
-        guard let data = try? encoder.encode(value) else { return }
-        if let event, var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] {
-            object["event"] = event
-            return emit(object)
+        return encoder
+    }
+
+    /// An event's fields with its `event` and `time`.
+    struct Envelope<Event: JSONEvent>: Encodable {
+        var value: Event
+        var time: String
+
+        private enum Keys: String, CodingKey { case event, time }
+
+        func encode(to encoder: any Encoder) throws {
+            try value.encode(to: encoder)
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(Event.event, forKey: .event)
+            try container.encode(time, forKey: .time)
         }
-        line(String(decoding: data, as: UTF8.self))
+    }
+
+    private func write<Value: Encodable>(line value: Value, kind: String) {
+        guard !failed.load(ordering: .relaxed) else { return }  // nothing follows the error line
+        do {
+            let data = try Self.encoder().encode(value)
+            line(String(decoding: data, as: UTF8.self))
+        } catch {
+            guard failed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+            let failure = ErrorEvent(
+                code: CourierError.Code.internal.rawValue, message: "cannot write a `\(kind)` line as JSON",
+                exitCode: 1, cause: CourierError.plainDescription(of: error))
+            let envelope = Envelope(value: failure, time: NDJSONLogHandler.timestamp(Date()))
+            if let data = try? Self.encoder().encode(envelope) {
+                line(String(decoding: data, as: UTF8.self))
+            }
+        }
     }
 
     /// Draws a transient block of status lines on the terminal (standard error), replacing the
@@ -113,17 +142,15 @@ final class Output: Sendable {
         return Int(size.ws_col)
     }
 
-    /// Reports `error` (a JSON document with `--json`, with `fields` added) and returns the exit
-    /// code to end with.
-    func report(_ error: any Error, fields: [String: Any] = [:]) -> ExitCode {
+    /// Reports `error` (an `error` line with `--json`; `check` names a failed receipt check) and
+    /// returns the exit code to end with.
+    func report(_ error: any Error, check: String? = nil) -> ExitCode {
         if let error = error as? CourierError {
             if json {
-                var object: [String: Any] = ["event": "error", "code": error.code.rawValue, "message": error.message]
-                object.merge(fields) { $1 }
-                if let cause = error.cause { object["cause"] = cause }
-                if let hint = error.hint { object["hint"] = hint }
-                object["exitCode"] = Int(error.exitCode)
-                emit(object)
+                emit(
+                    ErrorEvent(
+                        code: error.code.rawValue, message: error.message, exitCode: error.exitCode, cause: error.cause, hint: error.hint,
+                        check: check))
             } else {
                 var text = "courier: \(error.message)"
                 // Not "answered HTTP 404 (HTTP 404)": a cause the message already says is left out.
@@ -134,7 +161,7 @@ final class Output: Sendable {
             return ExitCode(error.exitCode)
         }
         if json {
-            emit(["event": "error", "code": CourierError.Code.internal.rawValue, "message": "\(error)", "exitCode": 1])
+            emit(ErrorEvent(code: CourierError.Code.internal.rawValue, message: "\(error)", exitCode: 1))
         } else {
             note("courier: \(error)")
         }
@@ -169,11 +196,14 @@ extension GlobalOptions {
         let output = Output(json: json, quiet: quiet)
         do {
             try await body(output)
+            // A line that could not be encoded was said as an `error` line: exit 1.
+            if output.encodingFailed { throw ExitCode.failure }
         } catch let error as ValidationError {
             throw error
         } catch let error as ExitCode {
-            throw error
+            throw output.encodingFailed ? ExitCode.failure : error
         } catch {
+            if output.encodingFailed { throw ExitCode.failure }
             throw output.report(error)
         }
     }

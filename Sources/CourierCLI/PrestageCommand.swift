@@ -112,7 +112,7 @@ struct PrestageCommand: AsyncParsableCommand {
                 MetricsEndpoint(registry: MetricsEndpoint.bootstrapPrometheus(), host: metricsHost, port: port, logger: logger) {
                     [metricsHost] bound in
                     if output.json {
-                        output.emit(["event": "metrics", "host": metricsHost, "port": bound])
+                        output.emit(MetricsEvent(host: metricsHost, port: bound, url: "http://\(metricsHost):\(bound)/metrics"))
                     } else {
                         output.note("courier: metrics on http://\(metricsHost):\(bound)/metrics")
                     }
@@ -159,16 +159,17 @@ struct PrestageCommand: AsyncParsableCommand {
             }
             if let published = summary.signed {
                 if output.json {
-                    output.emit([
-                        "event": "signed", "root": published.root, "targets": published.targets, "snapshot": published.snapshot,
-                        "timestamp": published.timestamp, "target": published.targetPath,
-                    ])
+                    output.emit(
+                        PrestageSignedEvent(
+                            root: published.root, targets: published.targets, snapshot: published.snapshot,
+                            timestamp: published.timestamp, target: published.targetPath))
                 } else {
                     output.note(
                         "courier: signed the catalog (TUF root \(published.root), targets \(published.targets), "
                             + "snapshot \(published.snapshot), timestamp \(published.timestamp)) in \(destination.path)/metadata")
                 }
             }
+            progress.emitSummary(summary)
             let failures = summary.failures
             if !failures.isEmpty {
                 let names = failures.map(\.contentIdentifier).joined(separator: ", ")
@@ -223,10 +224,10 @@ final class PrestageProgress: Sendable {
         case .planned(let tasks, let bytes, let unchanged, let refused):
             state.withLock { ($0.totalTasks, $0.totalBytes) = (tasks, bytes) }
             if output.json {
-                output.emit(["event": "planned", "packages": tasks, "bytes": bytes, "unchanged": unchanged, "refused": refused])
+                output.emit(PrestagePlannedEvent(packages: tasks, bytes: bytes, unchanged: unchanged, refused: refused))
             }
         case .started(let task):
-            if output.json { output.emit(["event": "started", "contentIdentifier": task.contentIdentifier, "url": task.source.absoluteString]) }
+            if output.json { output.emit(PrestageStartedEvent(contentIdentifier: task.contentIdentifier, url: task.source.absoluteString)) }
         case .progress(let task, let bytes):
             state.withLock { $0.received[task.contentIdentifier] = bytes }
         case .staged(let task, let bytesFetched):
@@ -236,10 +237,7 @@ final class PrestageProgress: Sendable {
                 state.finishedBytes += task.content.length
             }
             if output.json {
-                output.emit([
-                    "event": "staged", "contentIdentifier": task.contentIdentifier, "bytesFetched": bytesFetched,
-                    "path": task.stagedPath,
-                ])
+                output.emit(PrestageStagedEvent(contentIdentifier: task.contentIdentifier, bytesFetched: bytesFetched, path: task.stagedPath))
             }
         case .failed(let task, let error):
             state.withLock { state in
@@ -247,15 +245,12 @@ final class PrestageProgress: Sendable {
                 state.received[task.contentIdentifier] = nil
             }
             if output.json {
-                var object: [String: Any] = [
-                    "event": "failed", "contentIdentifier": task.contentIdentifier, "code": error.code.rawValue,
-                    "message": error.message,
-                ]
-                if let cause = error.cause { object["cause"] = cause }
-                output.emit(object)
+                output.emit(
+                    PrestageFailedEvent(
+                        contentIdentifier: task.contentIdentifier, code: error.code.rawValue, message: error.message, cause: error.cause))
             }
         case .published(let packages, let changed):
-            if output.json { output.emit(["event": "published", "packages": packages, "changed": changed]) }
+            if output.json { output.emit(PrestagePublishedEvent(packages: packages, changed: changed)) }
         }
         tick()
     }
@@ -282,12 +277,13 @@ final class PrestageProgress: Sendable {
             output.statusBlock(ProgressLayout.lines([row], width: output.terminalColumns))
         }
         if emit {
-            var object: [String: Any] = [
-                "event": "progress", "packagesDone": state.done, "packagesFailed": state.failed, "packages": state.totalTasks,
-                "bytesReceived": bytes, "contentLength": state.totalBytes, "rate": Int64(rate),
-            ]
-            if rate > 0 { object["timeRemaining"] = (Double(max(state.totalBytes - bytes, 0)) / rate * 10).rounded() / 10 }
-            output.emit(object)
+            var event = PrestageProgressEvent(
+                packages: state.totalTasks, packagesDone: state.done, packagesFailed: state.failed, bytesReceived: bytes,
+                contentLength: state.totalBytes, rate: rate.isFinite ? Int64(rate) : 0)
+            if rate > 0, rate.isFinite {
+                event.timeRemaining = (Double(max(state.totalBytes - bytes, 0)) / rate * 10).rounded() / 10
+            }
+            output.emit(event)
         }
     }
 
@@ -299,23 +295,28 @@ final class PrestageProgress: Sendable {
         }
     }
 
-    /// The table of every entry (text), or one `summary` document (`--json`).
+    /// The run's numbers with `--json`, last: the `result` when every package was staged, else a
+    /// `summary` event before the `error`.
+    func emitSummary(_ summary: PrestageSummary) {
+        guard output.json else { return }
+        let fields = PrestageSummaryFields(
+            staged: summary.rows.filter { $0.status == .staged }.count,
+            unchanged: summary.rows.filter { $0.status == .unchanged }.count,
+            failed: summary.failures.map {
+                PrestageSummaryFields.Failure(
+                    contentIdentifier: $0.contentIdentifier, code: $0.error?.code.rawValue ?? "internal", message: $0.error?.message ?? "")
+            },
+            bytesFetched: summary.bytesFetched, catalogChanged: summary.catalogChanged,
+            seconds: (Date().timeIntervalSince(started) * 1000).rounded() / 1000)
+        if summary.failures.isEmpty { output.emit(PrestageResult(summary: fields)) } else { output.emit(PrestageSummaryEvent(summary: fields)) }
+    }
+
+    /// The table of every entry (text; with `--json` see `emitSummary`).
     func printSummary(_ summary: PrestageSummary) {
+        guard !output.json else { return }
         let staged = summary.rows.filter { $0.status == .staged }.count
         let unchanged = summary.rows.filter { $0.status == .unchanged }.count
         let seconds = Date().timeIntervalSince(started)
-        if output.json {
-            output.emit([
-                "event": "summary", "staged": staged, "unchanged": unchanged,
-                "failed": summary.failures.map { row -> [String: Any] in
-                    ["contentIdentifier": row.contentIdentifier, "code": row.error?.code.rawValue ?? "internal", "message": row.error?.message ?? ""]
-                },
-                "bytesFetched": summary.bytesFetched,
-                "catalogChanged": summary.catalogChanged,
-                "seconds": (seconds * 1000).rounded() / 1000,
-            ])
-            return
-        }
         let table = [["CONTENT", "STATUS", "FETCHED", "NOTE"]] + summary.rows.map { row in
             let note = row.error.map { "\($0.code): \($0.message)" } ?? ""
             return [row.contentIdentifier, row.status.rawValue, QueueFormat.bytes(row.bytesFetched), note]

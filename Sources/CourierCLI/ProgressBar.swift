@@ -91,14 +91,12 @@ final class ProgressBar: Sendable {
             guard files == nil else { return }
             for progress in downloads {
                 let rate = rates.rate(progress.id, now: now) ?? progress.bytesPerSecond
-                var event: [String: Any] = [
-                    "event": "progress", "file": file ?? progress.id, "bytesReceived": progress.bytesReceived,
-                    "rate": Int(rate),
-                ]
-                if let total = progress.totalBytes { event["contentLength"] = total }
-                if let fraction = progress.progress { event["progress"] = (fraction * 1000).rounded() / 1000 }
-                if let total = progress.totalBytes, rate > 0 {
-                    event["timeRemaining"] = (Double(max(0, total - progress.bytesReceived)) / rate * 10).rounded() / 10
+                var event = GetProgressEvent(
+                    file: file ?? progress.id, bytesReceived: progress.bytesReceived, rate: rate.isFinite ? Int64(rate) : 0,
+                    contentLength: progress.totalBytes)
+                if let fraction = progress.progress { event.progress = (fraction * 1000).rounded() / 1000 }
+                if let total = progress.totalBytes, rate > 0, rate.isFinite {
+                    event.timeRemaining = (Double(max(0, total - progress.bytesReceived)) / rate * 10).rounded() / 10
                 }
                 output.emit(event)
             }

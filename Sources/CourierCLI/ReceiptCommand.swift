@@ -37,7 +37,7 @@ struct ReceiptVerifyCommand: AsyncParsableCommand {
                 .receiptValidator()
             let transactions = try await ReceiptCLI.validate(file, with: validator, output: output)
             if output.json {
-                output.emit(["event": "verified", "transactions": transactions.map(ReceiptCLI.json)])
+                output.emit(ReceiptVerifyResult(transactions: transactions.map(JSONTransaction.init)))
             } else {
                 output.line("verified \(transactions.count) transaction\(transactions.count == 1 ? "" : "s")")
                 for transaction in transactions { output.line(ReceiptCLI.text(transaction)) }
@@ -87,10 +87,7 @@ struct ReceiptEntitlementsCommand: AsyncParsableCommand {
             let now = Date()
             let entitled = Entitlements.content(for: transactions, catalog: loaded.catalog, now: now)
             if output.json {
-                output.emit([
-                    "event": "entitlements",
-                    "content": entitled.map { ReceiptCLI.json($0, catalogURL: loaded.url) },
-                ])
+                output.emit(EntitlementsResult(content: entitled.map { ReceiptCLI.json($0, catalogURL: loaded.url) }))
             } else {
                 for entry in entitled {
                     let url =
@@ -128,28 +125,12 @@ enum ReceiptCLI {
             return try await validator.validate(try read(file))
         } catch let error as CourierError {
             guard output.json, let check = ReceiptCheck(failing: error) else { throw error }
-            throw output.report(error, fields: ["check": check.rawValue])
+            throw output.report(error, check: check.rawValue)
         }
     }
 
     static func iso(_ date: Date?) -> String? {
         date.map { ISO8601DateFormatter().string(from: $0) }
-    }
-
-    static func json(_ transaction: VerifiedTransaction) -> [String: Any] {
-        var object: [String: Any] = [
-            "productId": transaction.productId,
-            "transactionId": transaction.transactionId,
-            "originalTransactionId": transaction.originalTransactionId,
-            "bundleId": transaction.bundleId,
-            "type": SignedTransactionPayload.appStoreName(of: transaction.type),
-            "environment": transaction.environment,
-        ]
-        object["purchaseDate"] = iso(transaction.purchaseDate)
-        object["signedDate"] = iso(transaction.signedDate)
-        object["expiresDate"] = iso(transaction.expiresDate) ?? NSNull()
-        if let revoked = iso(transaction.revocationDate) { object["revocationDate"] = revoked }
-        return object
     }
 
     static func text(_ transaction: VerifiedTransaction) -> String {
@@ -166,18 +147,11 @@ enum ReceiptCLI {
         return parts.joined(separator: "  ")
     }
 
-    static func json(_ entry: EntitledContent, catalogURL: URL?) -> [String: Any] {
-        var object: [String: Any] = [
-            "contentIdentifier": entry.contentIdentifier,
-            "productId": entry.productId,
-            "transactionId": entry.transactionId,
-            "url": Catalog.resolve(entry.content.url, relativeTo: catalogURL)?.absoluteString ?? entry.content.url,
-            "sha256": entry.content.sha256,
-            "length": entry.content.length,
-            "version": entry.content.version,
-            "placement": entry.content.placement.rawValue,
-        ]
-        if let itemId = entry.itemId { object["itemId"] = itemId }
-        return object
+    static func json(_ entry: EntitledContent, catalogURL: URL?) -> EntitlementsResult.Content {
+        EntitlementsResult.Content(
+            contentIdentifier: entry.contentIdentifier, productId: entry.productId, transactionId: entry.transactionId,
+            url: Catalog.resolve(entry.content.url, relativeTo: catalogURL)?.absoluteString ?? entry.content.url,
+            sha256: entry.content.sha256, length: entry.content.length, version: entry.content.version,
+            placement: entry.content.placement.rawValue, itemId: entry.itemId)
     }
 }

@@ -39,7 +39,9 @@ struct ResumeCommand: AsyncParsableCommand {
         try await global.run { output in
             let control = try global.queueControl()
             let changed = try await control.perform(.resume(stalled ? .stalled : QueueFormat.target(id: id, all: all))).downloads
-            QueueFormat.report(output, verb: "resumed", changed: changed)
+            // Delivered here next: the downloads resumed are an event, the delivery's is the result.
+            let deliversHere = !(control is AgentQueueControl) && !queueOnly && !changed.isEmpty
+            QueueFormat.report(output, verb: "resumed", changed: changed, final: !deliversHere)
             if control is AgentQueueControl {  // a running agent delivers them
                 if !changed.isEmpty && !output.json { output.info("courier: the agent delivers them (see `courier list`)") }
                 return

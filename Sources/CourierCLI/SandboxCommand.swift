@@ -51,17 +51,11 @@ struct SandboxInitCommand: AsyncParsableCommand {
                 keys: repository.online)
             let catalogRoot = metadataFolder.appendingPathComponent("1.root.json")
             if output.json {
-                output.emit([
-                    "event": "sandbox",
-                    "created": created,
-                    "directory": store.directory.path,
-                    "trustRoot": store.rootCertificateFile.path,
-                    "trustRootDER": store.rootCertificateDERFile.path,
-                    "catalog": catalogFile.path,
-                    "catalogRoot": catalogRoot.path,
-                    "keys": keysFolder.path,
-                    "products": catalog.products.map(\.productId),
-                ])
+                output.emit(
+                    SandboxInitResult(
+                        created: created, directory: store.directory.path, trustRoot: store.rootCertificateFile.path,
+                        trustRootDER: store.rootCertificateDERFile.path, catalog: catalogFile.path, catalogRoot: catalogRoot.path,
+                        keys: keysFolder.path, products: catalog.products.map(\.productId)))
             } else {
                 output.line("\(created ? "created" : "kept") the sandbox store in \(store.directory.path)")
                 output.line("trusted root: \(store.rootCertificateFile.path) (DER: \(store.rootCertificateDERFile.path))")
@@ -178,10 +172,7 @@ struct SandboxPurchaseCommand: AsyncParsableCommand {
                 now: now
             )
             if output.json {
-                output.emit([
-                    "event": "purchase", "productId": product, "transactionId": identifier,
-                    "signedTransaction": token,
-                ])
+                output.emit(SandboxPurchaseResult(productId: product, transactionId: identifier, signedTransaction: token))
             } else {
                 output.line(token)
             }

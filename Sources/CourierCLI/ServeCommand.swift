@@ -5,6 +5,7 @@ import CourierServer
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// `courier serve`: the receipt-gated content origin over a folder `courier prestage` published.
 struct ServeCommand: AsyncParsableCommand {
@@ -213,10 +214,7 @@ struct ServeCommand: AsyncParsableCommand {
             ) { boundPort in
                 let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(boundPort)"
                 if json {
-                    output.emit([
-                        "event": "listening", "host": host, "port": boundPort, "url": url,
-                        "content": contentDirectory.path, "gated": !isPublic,
-                    ])
+                    output.emit(ListeningEvent(host: host, port: boundPort, url: url, content: contentDirectory.path, gated: !isPublic))
                 } else {
                     output.line("courier: serving \(contentDirectory.path) on \(url)\(isPublic ? " (public, no receipt gate)" : "")")
                 }
@@ -227,7 +225,7 @@ struct ServeCommand: AsyncParsableCommand {
                     MetricsEndpoint(registry: registry, host: host, port: metricsPort, logger: logger) { boundPort in
                         let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(boundPort)/metrics"
                         if json {
-                            output.emit(["event": "metrics", "host": host, "port": boundPort, "url": url])
+                            output.emit(MetricsEvent(host: host, port: boundPort, url: url))
                         } else {
                             output.line("courier: metrics on \(url)")
                         }
@@ -241,9 +239,28 @@ struct ServeCommand: AsyncParsableCommand {
                     logger: logger
                 )
             )
+            // Said when the signal arrives ("stopping": requests in flight may take up to the
+            // grace period), and "stopped" only once every listener is closed.
+            let grace = configuration.shutdownGracePeriod
+            let said = FirstTime()
+            let watchers = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")].map { number, name in
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler {
+                    guard said.claim() else { return }
+                    if json {
+                        output.emit(StoppingEvent(signal: name))
+                    } else {
+                        output.note("courier: stopping (\(name)): finishing requests in flight, for up to \(RetryReporter.seconds(grace))")
+                    }
+                }
+                source.resume()
+                return source
+            }
+            defer { for watcher in watchers { watcher.cancel() } }
             try await group.run()
+            for watcher in watchers { watcher.cancel() }
             if json {
-                output.emit(["event": "stopped"])
+                output.emit(ServeResult(content: contentDirectory.path, stopped: true))
             } else {
                 output.note("courier: stopped")
             }
@@ -289,5 +306,15 @@ struct ServeCommand: AsyncParsableCommand {
         )
         guard serve.notifications else { return (gate, nil) }
         return (gate, NotificationReceiver(verifier: verifier, store: try OriginStateStore(directory: global.layout.root)))
+    }
+}
+
+/// True the first time `claim` is called, false after: one "stopping" line for a SIGTERM
+/// followed by a SIGINT.
+private final class FirstTime: Sendable {
+    private let taken = Atomic<Bool>(false)
+
+    func claim() -> Bool {
+        taken.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
     }
 }

@@ -35,7 +35,7 @@ struct StatusCommand: AsyncParsableCommand {
                 let entries = try await control.perform(request).entries
                 guard !entries.isEmpty || !last.isEmpty else {
                     guard let id else {
-                        if output.json { output.emit(encodable: QueueListing([]), event: "result") } else { output.line("No unfinished transactions.") }
+                        if output.json { output.emit(StatusResult(entries: [])) } else { output.line("No unfinished transactions.") }
                         return
                     }
                     throw CourierError(.notFound, "no download or transaction \(id)")
@@ -49,9 +49,9 @@ struct StatusCommand: AsyncParsableCommand {
                     // heartbeat or a timestamp), then the `result`.
                     let key = Self.visible(entries)
                     if settled {
-                        output.emit(encodable: QueueListing(entries), event: "result")
+                        output.emit(StatusResult(entries: QueueListing(entries).entries))
                     } else if key != shown {
-                        output.emit(encodable: QueueListing(entries), event: "status")
+                        output.emit(StatusEvent(entries: QueueListing(entries).entries))
                     }
                     shown = key
                 } else if changed {
@@ -79,7 +79,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     private func show(_ entries: [QueueEntry], output: Output) {
         if output.json {
-            output.emit(encodable: QueueListing(entries))
+            output.emit(document: QueueListing(entries))
             return
         }
         if watch && output.stderrIsTerminal {

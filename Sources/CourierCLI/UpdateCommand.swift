@@ -55,7 +55,7 @@ struct UpdateCommand: AsyncParsableCommand {
             }
             guard !run.downloads.isEmpty else {
                 if output.json {
-                    output.emit(Self.result(updated: [], unfinished: [], plan: plan, skipped: skipped))
+                    output.emit(UpdateResult(updated: [], unfinished: [], plan: plan, skipped: skipped))
                 } else if plan.updates.isEmpty && (run.refusal == nil || !plan.upToDate.isEmpty) {
                     // Not "Nothing to update" when nothing named could be looked at: the
                     // error below is the whole answer.
@@ -72,11 +72,10 @@ struct UpdateCommand: AsyncParsableCommand {
             for record in run.downloads {
                 let from = record.updateFrom ?? "?"
                 if output.json {
-                    output.emit([
-                        "event": "update", "downloadId": record.id, "contentIdentifier": record.contentIdentifier,
-                        "fromVersion": from, "toVersion": record.version, "contentLength": record.length,
-                        "url": record.url.absoluteString,
-                    ])
+                    output.emit(
+                        UpdateEvent(
+                            downloadId: record.id, contentIdentifier: record.contentIdentifier, fromVersion: from,
+                            toVersion: record.version, contentLength: record.length, url: record.url.absoluteString))
                 } else {
                     output.info("courier: updating \(record.contentIdentifier) \(from) -> \(record.version)")
                 }
@@ -85,7 +84,7 @@ struct UpdateCommand: AsyncParsableCommand {
             let (summary, view, interrupted) = try await client.runInForeground(scope: run.scope, output: output, retryStopped: true)
             let updated = try summary.finishedDownloads.compactMap { try client.queue.download($0) }
             if output.json {
-                output.emit(Self.result(updated: updated, unfinished: summary.unfinished, plan: plan, skipped: skipped))
+                output.emit(UpdateResult(updated: updated, unfinished: summary.unfinished, plan: plan, skipped: skipped))
             } else {
                 for record in updated { view.announce(record) }  // what the view did not say
                 for download in summary.unfinished {
@@ -96,28 +95,5 @@ struct UpdateCommand: AsyncParsableCommand {
             if let error = summary.endError(interrupted: interrupted, checkpointed: "updates") { throw error }
             if let refusal = run.refusal { throw refusal }
         }
-    }
-
-    /// The `result` event of `update --json` (docs/json.md).
-    static func result(updated: [DownloadRecord], unfinished: [DownloadRecord], plan: UpdatePlan, skipped: [UpdatePlan.Skipped])
-        -> [String: Any]
-    {
-        [
-            "event": "result",
-            "updated": updated.map { record -> [String: Any] in
-                [
-                    "downloadId": record.id, "contentIdentifier": record.contentIdentifier, "fromVersion": record.updateFrom ?? NSNull(),
-                    "toVersion": record.version, "contentPath": record.contentURL?.path ?? NSNull(),
-                ]
-            },
-            "unfinished": QueueFormat.unfinished(unfinished),
-            "upToDate": plan.upToDate.map { ["contentIdentifier": $0.contentIdentifier, "version": $0.version] },
-            "skipped": skipped.map { skip -> [String: Any] in
-                [
-                    "contentIdentifier": skip.contentIdentifier, "reason": skip.reason.rawValue, "message": skip.message,
-                    "installedVersion": skip.installedVersion, "catalogVersion": skip.catalogVersion ?? NSNull(),
-                ]
-            },
-        ]
     }
 }

@@ -53,7 +53,49 @@ struct ServeCommandTests {
         #expect(access?["http.status"] as? Int == 206)
         #expect(access?["http.bytes"] as? Int == 100)
         #expect(access?["content-id"] as? String == "com.example.pack1")
-        #expect(events.last?["event"] as? String == "stopped")
+        // "stopping" when the signal came, the result ("stopped") only once it had stopped.
+        #expect(events.last?["event"] as? String == "result")
+        #expect(events.last?["stopped"] as? Bool == true)
+        let said = events.compactMap { $0["event"] as? String }
+        #expect(said.suffix(2) == ["stopping", "result"], "\(said)")
+        #expect(events.last { $0["event"] as? String == "stopping" }?["signal"] as? String == "SIGTERM")
+    }
+
+    @Test("SIGTERM with a download in flight: stopping at once, the result (stopped) only after that download ended")
+    func stoppedAfterInFlight() throws {
+        var fixture = try ContentFixture()
+        defer { fixture.folder.remove() }
+        try fixture.addPackage("com.example.big", size: 24 << 20)
+        try fixture.publishCatalog(products: ["com.example.big"])
+        let scratch = try TemporaryDirectory()
+        defer { scratch.remove() }
+        let file = try Self.configuration(["shutdownGracePeriod": 1], in: scratch)
+        let (process, port, stdout) = try Self.startServe(
+            ["--content", fixture.url.path, "--public", "--config", file.path], scratch: scratch)
+        // A slow client: its response is in flight when the signal comes.
+        let body = scratch.appending("body")
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        client.arguments = ["-s", "--limit-rate", "256k", "-o", body.path, "http://127.0.0.1:\(port)/\(ContentFixture.path("com.example.big"))"]
+        try client.run()
+        defer {
+            if client.isRunning { kill(client.processIdentifier, SIGKILL) }
+            client.waitUntilExit()
+        }
+        while client.isRunning, ((try? FileManager.default.attributesOfItem(atPath: body.path)[.size] as? Int) ?? 0) == 0 { usleep(20_000) }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        #expect(process.exitStatus == 0)
+        let lines = Self.events(stdout)
+        let stopping = lines.firstIndex { $0["event"] as? String == "stopping" }
+        let access = lines.firstIndex { $0["message"] as? String == "access" && ($0["http.target"] as? String)?.hasSuffix(".zip") == true }
+        let stopped = lines.firstIndex { $0["event"] as? String == "result" }
+        #expect(stopping != nil && access != nil && stopped != nil, "\(lines)")
+        if let stopping, let access, let stopped {
+            // Said in this order: the signal, the download it waited for, the end.
+            #expect(stopping < access && access < stopped, "\(lines)")
+            #expect(stopped == lines.count - 1)
+        }
     }
 
     @Test("a folder that does not exist is a usage error (exit 2)")

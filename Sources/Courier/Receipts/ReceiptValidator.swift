@@ -80,10 +80,16 @@ public struct ReceiptValidator: Sendable {
                 throw ReceiptCheck.format.failure("the receipt mixes signed transactions and other lines")
             } else {
                 let receiptData = lines.joined()
-                guard Data(base64Encoded: receiptData) != nil else {
+                guard let decoded = Data(base64Encoded: receiptData) else {
                     throw ReceiptCheck.format.failure(
                         "the receipt is neither a JWS signed transaction nor a base64 legacy receipt"
                     )
+                }
+                // Only a PKCS#7 receipt goes to Apple: anything else is refused here, unsent.
+                if let problem = LegacyReceiptShape.problem([UInt8](decoded)) {
+                    throw ReceiptCheck.format.failure(
+                        "the receipt is base64 but not a PKCS#7 App Store receipt (\(problem)); nothing was sent to verifyReceipt",
+                        hint: "a receipt is a JWS signed transaction per line, or the base64 app receipt from the device")
                 }
                 logger.debug("receipt: legacy receipt, asking the verifyReceipt service")
                 return try await legacyClient.verify(receiptData: receiptData)

@@ -9,13 +9,19 @@ import Testing
 struct JSONSchemaCLITests {
     /// The fields each event must have (docs/json.md, "Events").
     static let required: [String: Set<String>] = [
-        "result": [], "error": ["code", "message", "exitCode"], "retry": ["file", "retry", "maxRetries", "delay", "code", "message"],
-        "failed": ["file", "code", "message"], "saved": ["file", "length", "sha256"], "refused": ["line", "url", "code", "message"], "enqueued": ["transactions"],
+        "result": [], "error": ["code", "message", "exitCode"], "retry": ["retry", "maxRetries", "delay", "code", "message"],
+        "saved": ["file", "length", "sha256"], "refused": ["line", "url", "code", "message"],
         "progress": ["bytesReceived", "rate"], "waitingForOwner": ["owners", "downloads"],
         "download": ["downloadId", "transactionId", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
         "update": ["downloadId", "contentIdentifier", "fromVersion", "toVersion", "contentLength", "url"],
         "wholePackage": ["downloadId", "contentIdentifier", "contentLength", "reason"],
     ]
+    /// Every field docs/json.md documents for each event (of any command).
+    static let documented: [String: Set<String>] = {
+        var fields: [String: Set<String>] = [:]
+        for row in (try? JSONSchemaDoc.rows()) ?? [] { fields[row.event, default: []].formUnion(row.fields) }
+        return fields
+    }()
     /// Names of the same things that one vocabulary replaced (docs/json.md): never printed.
     static let retired: Set<String> = ["bytesPerSecond", "totalBytes", "contentURL", "delivered", "id"]
 
@@ -35,6 +41,12 @@ struct JSONSchemaCLITests {
             }
             let time = object["time"] as? String
             #expect(time.flatMap(formatter.date(from:)) != nil, "\(what): no RFC 3339 time: \(line)")
+            if let fields = Self.documented[event] {
+                let printed = JSONSchemaDoc.paths(object)
+                #expect(printed.isSubset(of: fields), "\(what): \(event) prints undocumented \(printed.subtracting(fields).sorted())")
+            } else {
+                Issue.record("\(what): \(event) is not in docs/json.md")
+            }
             if let fields = Self.required[event] {
                 #expect(fields.isSubset(of: Set(object.keys)), "\(what): \(event) lacks \(fields.subtracting(object.keys))")
             }
@@ -148,5 +160,74 @@ struct JSONSchemaCLITests {
         let result = try #require(run.events.last)
         #expect(Set(result.keys) == Set(rerun.keys), "first run \(result.keys.sorted()), re-run \(rerun.keys.sorted())")
         #expect(run.events.contains { $0["event"] as? String == "download" && $0["contentPath"] is String })
+        // Each transaction state is said once (a finished transaction is updated and removed).
+        let said = run.events.filter { $0["event"] as? String == "transaction" }.map { "\($0["transactionId"] ?? "") \($0["state"] ?? "")" }
+        #expect(said.count == Set(said).count, "a transaction event repeats: \(said)")
+        #expect(said.filter { $0.hasSuffix(" finished") }.count == Shop.products.count, "\(said)")
+    }
+
+    @Test(
+        "enqueue, pause, resume and cancel end with a result line (or an error)",
+        .enabled(if: NginxServer.isAvailable, "nginx is not installed"))
+    func queueCommandsEndWithResult() throws {
+        let shop = try Shop()
+        defer { shop.stop() }
+        let receipt = try shop.receipt([Shop.products[0]])
+        var enqueue = shop.deliverArguments(receipt)
+        enqueue[0] = "enqueue"
+        let queued = try shop.courier(enqueue + ["--json"])
+        #expect(queued.status == 0, "\(queued.stderr)")
+        check(queued, "enqueue")
+        let result = try #require(queued.events.last)
+        #expect(result["event"] as? String == "result" && result["agent"] as? Bool == false)
+        let downloads = ((result["transactions"] as? [[String: Any]])?.first?["downloads"] as? [[String: Any]]) ?? []
+        let id = try #require(downloads.first?["downloadId"] as? String)
+        for arguments in [["pause", id], ["resume", id], ["cancel", id], ["pause", "--all"]] {
+            let run = try shop.courier(arguments + ["--json"])
+            check(run, arguments.joined(separator: " "))
+            let last = try #require(run.events.last)
+            #expect(last["event"] as? String == "result" || last["event"] as? String == "error", "\(arguments): \(last)")
+            // resume without an agent delivers what it resumed: its result is deliver's.
+            let resumed = arguments[0] == "resume"
+            if run.status == 0 { #expect(last[resumed ? "finishedDownloads" : "downloads"] is [Any], "\(arguments): \(last)") }
+            if resumed { #expect(run.events.contains { $0["event"] as? String == "resumed" }) }
+        }
+    }
+
+    @Test("sandbox, receipt, origin, content, prestage, status and update: every line documented, the last a result or an error")
+    func otherCommands() throws {
+        let folder = try TemporaryDirectory()
+        defer { folder.remove() }
+        let sandbox = folder.appending("Sandbox").path
+        let storage = ["--storage", folder.appending("Storage").path]
+        func run(_ arguments: [String]) throws -> CourierBinary.Result {
+            try CourierBinary.run(arguments + ["--json"] + storage, environment: CourierBinary.isolatedEnvironment(folder))
+        }
+        let initialized = try run(["sandbox", "init", "--dir", sandbox])
+        #expect(initialized.status == 0, "\(initialized.stderr)")
+        check(initialized, "sandbox init")
+        let purchase = try run(["sandbox", "purchase", "com.example.levels.pack1", "--dir", sandbox])
+        check(purchase, "sandbox purchase")
+        let token = try #require(purchase.events.last?["signedTransaction"] as? String)
+        let receipt = folder.appending("purchase.jws")
+        try Data((token + "\n").utf8).write(to: receipt)
+        let root = sandbox + "/root.pem"
+        let verified = try run(["receipt", "verify", receipt.path, "--trust-root", root, "--environment", "Sandbox"])
+        #expect(verified.status == 0, "\(verified.stderr)")
+        check(verified, "receipt verify")
+        #expect((verified.events.last?["transactions"] as? [Any])?.count == 1)
+        check(try run(["receipt", "verify", receipt.path, "--trust-root", root]), "receipt verify, refused")
+        check(
+            try run(["receipt", "entitlements", receipt.path, "--catalog", sandbox + "/catalog.json", "--trust-root", root, "--environment", "Sandbox"]),
+            "receipt entitlements")
+        let nginx = try run(["origin", "nginx-config", "--content", sandbox, "--gate", "127.0.0.1:8081", "--listen", "127.0.0.1:8080"])
+        #expect(nginx.status == 0, "\(nginx.stderr)")
+        check(nginx, "origin nginx-config")
+        check(try run(["content", "delete", "com.example.nothing"]), "content delete")
+        check(try run(["content", "verify"]), "content verify")
+        check(try run(["prestage", "--catalog", folder.appending("none.json").path, "--dest", folder.appending("stage").path]), "prestage")
+        check(try run(["status", "nosuch", "--watch"]), "status --watch")
+        check(try run(["update"]), "update")
+        check(try run(["enqueue", "--receipt", folder.appending("none.jws").path]), "enqueue")
     }
 }

@@ -92,7 +92,7 @@ struct PrestageCommandTests {
             #expect(content.unpackedLength != nil)
         }
         let summary = try #require(first.events.last)
-        #expect(summary["event"] as? String == "summary")
+        #expect(summary["event"] as? String == "result")
         #expect(summary["staged"] as? Int == 3)
         #expect(Self.packageRequests(nginx).count == 3)
 

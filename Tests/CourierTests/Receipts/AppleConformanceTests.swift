@@ -88,7 +88,7 @@ struct AppleConformanceTests {
         let result = try CourierBinary.run(arguments, directory: scratch.url, timeout: 60)
         let events = result.events
         let error = events.first { $0["event"] as? String == "error" }
-        let verified = events.first { $0["event"] as? String == "verified" }
+        let verified = events.first { $0["event"] as? String == "result" }
         return Outcome(
             status: result.status,
             check: error?["check"] as? String,

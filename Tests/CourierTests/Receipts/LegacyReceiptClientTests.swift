@@ -235,10 +235,16 @@ struct LegacyReceiptClientTests {
             transport: try CurlHTTPTransport(),
             logger: Logger(label: "test")
         )
-        let receipt = Data("TUlJVG1h\naWwKAAAA\n".utf8)  // wrapped base64
+        // Wrapped base64 of a PKCS#7 signedData header in BER (the shape of Apple's receipts).
+        let receipt = Data("MIAGCSqGSIb3DQEH\nAqCAMIACAQEAAAAAAAA=\n".utf8)
         let transactions = try await validator.validate(receipt)
         #expect(transactions.map(\.productId) == ["com.example.levels.pack1"])
-        #expect(stub.calls.first?.receiptData == "TUlJVG1haWwKAAAA")
+        #expect(stub.calls.first?.receiptData == "MIAGCSqGSIb3DQEHAqCAMIACAQEAAAAAAAA=")
+        // Base64 of anything else is refused with the format check and never sent.
+        let calls = stub.calls.count
+        let error = await courierError { _ = try await validator.validate(Data("TUlJVG1haWwKAAAA".utf8)) }
+        #expect(error.flatMap(ReceiptCheck.init(failing:)) == .format)
+        #expect(stub.calls.count == calls)
     }
 }
 
@@ -338,7 +344,7 @@ extension LegacyReceiptClientTests {
             transport: try CurlHTTPTransport(),
             logger: Logger(label: "test")
         )
-        let error = await courierError { _ = try await validator.validate(Data("UkVDRUlQVA==".utf8)) }
+        let error = await courierError { _ = try await validator.validate(Data("MIAGCSqGSIb3DQEHAqCAMIACAQEAAAAAAAA=".utf8)) }
         #expect(error.flatMap(ReceiptCheck.init(failing:)) == .revoked)
         #expect(error?.exitCode == 3)
     }
@@ -372,5 +378,30 @@ struct CapturingLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         sink.append("\(event.level) \(event.message) \(event.metadata ?? [:]) \(metadata)")
+    }
+}
+
+@Suite("LegacyReceiptShape: the PKCS#7 check before verifyReceipt")
+struct LegacyReceiptShapeTests {
+    static let oid: [UInt8] = [0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02]
+
+    @Test("BER with indefinite lengths (Apple's) and DER pass; other shapes are named")
+    func shapes() {
+        #expect(LegacyReceiptShape.problem([0x30, 0x80] + Self.oid + [0xA0, 0x80, 0x30, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00]) == nil)
+        #expect(LegacyReceiptShape.problem([0x30, 0x0F] + Self.oid + [0xA0, 0x02, 0x30, 0x00]) == nil)
+        // Long-form lengths: 0x81 0x0F is 15 bytes too.
+        #expect(LegacyReceiptShape.problem([0x30, 0x81, 0x0F] + Self.oid + [0xA0, 0x02, 0x30, 0x00]) == nil)
+        #expect(LegacyReceiptShape.problem([]) == "it is not an ASN.1 SEQUENCE")
+        #expect(LegacyReceiptShape.problem(Array("legacy receipt bytes".utf8)) == "it is not an ASN.1 SEQUENCE")
+        #expect(LegacyReceiptShape.problem([0x30, 0x10] + Self.oid + [0xA0, 0x02, 0x30, 0x00]) == "its SEQUENCE says 16 bytes but 15 follow")
+        #expect(LegacyReceiptShape.problem([0x30, 0x80] + Self.oid + [0xA0, 0x80]) == "its SEQUENCE of indefinite length has no end")
+        var data = Self.oid
+        data[data.count - 1] = 0x01  // 1.2.840.113549.1.7.1, PKCS#7 data
+        #expect(LegacyReceiptShape.problem([0x30, 0x0F] + data + [0xA0, 0x02, 0x30, 0x00])?.contains("not PKCS#7 signedData") == true)
+        #expect(LegacyReceiptShape.problem([0x30, 0x0F] + Self.oid + [0x31, 0x02, 0x30, 0x00]) == "it has no signedData content")
+        #expect(LegacyReceiptShape.problem([0x30, 0x0F] + Self.oid + [0xA0, 0x05, 0x30, 0x00]) == "its signedData content is cut short")
+        // Lengths of more than 4 bytes, or longer than the input, are refused, never read past the end.
+        #expect(LegacyReceiptShape.problem([0x30, 0x88, 1, 2, 3, 4, 5, 6, 7, 8]) == "it is not an ASN.1 SEQUENCE")
+        #expect(LegacyReceiptShape.problem([0x30, 0x84, 0xFF, 0xFF]) == "it is not an ASN.1 SEQUENCE")
     }
 }

@@ -265,7 +265,12 @@ struct ReceiptCLITests {
             """,
             "courier.json"
         )
-        let receipt = try workspace.write(Data("legacy receipt bytes".utf8).base64EncodedString(), "legacy.receipt")
+        // The outer shape of an App Store receipt: PKCS#7 signedData in BER, as Apple writes it.
+        let pkcs7: [UInt8] = [
+            0x30, 0x80, 0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02, 0xA0, 0x80, 0x30, 0x80, 0x02, 0x01, 0x01,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ]
+        let receipt = try workspace.write(Data(pkcs7).base64EncodedString(), "legacy.receipt")
         let result = try workspace.run([
             "receipt", "verify", receipt, "--config", config, "--environment", "Sandbox", "--json",
         ])
@@ -285,6 +290,21 @@ struct ReceiptCLITests {
         let refused = try workspace.run(["receipt", "verify", receipt, "--config", refusingConfig])
         #expect(refused.status == 3)
         #expect(refused.stderr.contains("status check failed"))
+
+        // Base64 that is not a PKCS#7 receipt (a picture, text, a PKCS#7 of another type) is
+        // refused here with the format check, and never sent to Apple.
+        let before = stub.calls.count
+        let data: [UInt8] = [0x30, 0x0B, 0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x01]
+        for (name, bytes) in [("text", Array("legacy receipt bytes".utf8)), ("png", [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]), ("data", data)] {
+            let junk = try workspace.write(Data(bytes).base64EncodedString(), "\(name).receipt")
+            let plain = try workspace.run(["receipt", "verify", junk, "--config", config])
+            #expect(plain.status == 3, "\(name): \(plain.stderr)")
+            #expect(plain.stderr.hasPrefix("courier: format check failed: the receipt is base64 but not a PKCS#7"), "\(name): \(plain.stderr)")
+            let json = try workspace.run(["receipt", "verify", junk, "--config", config, "--json"])
+            #expect(json.status == 3)
+            #expect(json.events.last?["event"] as? String == "error" && json.events.last?["check"] as? String == "format", "\(json.stdout)")
+        }
+        #expect(stub.calls.count == before, "a receipt that is not PKCS#7 went to verifyReceipt")
     }
 
     @Test("sandbox init keeps an existing chain; purchase without a store says how to make one")

@@ -16,7 +16,7 @@ public enum FuzzTargets {
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
         "notification", "response-head", "request-path", "manifest", "multipart", "postgres-url", "authorize",
-        "prestage-plan", "tuf-metadata", "rate",
+        "prestage-plan", "tuf-metadata", "rate", "legacy-receipt",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -41,6 +41,7 @@ public enum FuzzTargets {
         case "prestage-plan": prestagePlan(data)
         case "tuf-metadata": tufMetadata(data)
         case "rate": rate(data)
+        case "legacy-receipt": legacyReceipt(data)
         default: return false
         }
         return true
@@ -138,6 +139,14 @@ public enum FuzzTargets {
     /// A rate in curl's syntax (`--limit-rate`, `transfer.maxRate`), then the same bytes as a
     /// `transfer.rateSchedule` document: an accepted rate is positive, within the maximum and
     /// written back to the same rate; an accepted window has its minutes inside the day.
+    /// The PKCS#7 shape check a base64 legacy receipt passes before it is sent to Apple.
+    static func legacyReceipt(_ data: Data) {
+        _ = LegacyReceiptShape.problem([UInt8](data))
+        if let text = String(data: data, encoding: .utf8), let decoded = Data(base64Encoded: text) {
+            _ = LegacyReceiptShape.problem([UInt8](decoded))
+        }
+    }
+
     static func rate(_ data: Data) {
         let text = String(decoding: data, as: UTF8.self)
         if let rate = try? ByteRate(parsing: text) {
