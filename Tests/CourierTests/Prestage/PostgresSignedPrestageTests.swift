@@ -106,7 +106,7 @@ struct PostgresSignedPrestageTests {
         }
     }
 
-    @Test("the publisher signs; a run read back from the database is checked, then signed; the client accepts both")
+    @Test("the publisher signs; a run read back from the database is checked, then signed; the client accepts both; runs do not mix keyed and keyless processes")
     func signedRuns() async throws {
         #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
         var setup = try Setup()
@@ -123,7 +123,12 @@ struct PostgresSignedPrestageTests {
         // plan from the row, checks it against the upstream catalog it loaded, stages, publishes
         // and signs.
         let plan = try setup.planWithAddedProduct()
-        try setup.insertRun(try plan.encoded(), task: plan.tasks[0], signed: true)
+        try setup.insertRun(try plan.encoded(), task: plan.tasks[0], signed: false)
+        // Recorded as an unsigned run: a signing process does not join it.
+        let unsignedRun = try CourierBinary.run(setup.arguments())
+        #expect(unsignedRun.status == 2, "exit \(unsignedRun.status): \(unsignedRun.stderr)\(unsignedRun.stdout)")
+        #expect((unsignedRun.stderr + unsignedRun.stdout).contains("publishes an unsigned catalog; this process signs"))
+        try setup.server.psql("UPDATE prestage_run SET signed = true WHERE state = 'running'")
         let second = try CourierBinary.run(setup.arguments())
         try #require(second.status == 0, "\(second.stderr)\(second.stdout)")
         #expect(Self.events(second.stdout, "staged").map { $0["contentIdentifier"] as? String } == [Self.added])
