@@ -30,6 +30,12 @@ struct PrestageCommand: AsyncParsableCommand {
             run's advisory lock plans it, every process claims and stages packages with leases, \
             and the catalog is published once, last; each process ends when the run is complete \
             (see docs/scaling.md).
+
+            With --tuf-keys and --tuf-roots the published catalog is signed as a TUF target \
+            (metadata/ and targets/ beside it). In a shared run the process that publishes signs \
+            the catalog it computed, so every process of the run is given the same online keys \
+            (targets, snapshot, timestamp; never the root key), and a process without keys does \
+            not join a signed run (docs/trust.md).
             """
     )
 

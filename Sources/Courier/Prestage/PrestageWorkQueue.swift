@@ -26,17 +26,43 @@ extension PrestageOutcome: Codable {
             }
             self = .staged(bytesFetched: bytesFetched, unpackedLength: unpackedLength)
         case "failed":
+            // Printed in the summary on a terminal: no control characters (escape sequences), bounded.
             self = .failed(
                 CourierError(
                     try container.decode(CourierError.Code.self, forKey: .code),
-                    try container.decode(String.self, forKey: .message),
-                    cause: try container.decodeIfPresent(String.self, forKey: .cause),
-                    hint: try container.decodeIfPresent(String.self, forKey: .hint)
+                    Self.printable(try container.decode(String.self, forKey: .message)),
+                    cause: try container.decodeIfPresent(String.self, forKey: .cause).map(Self.printable),
+                    hint: try container.decodeIfPresent(String.self, forKey: .hint).map(Self.printable)
                 )
             )
         case let other:
             throw DecodingError.dataCorruptedError(forKey: .status, in: container, debugDescription: "unknown status \(other)")
         }
+    }
+
+    /// The most characters of a recorded message, cause or hint that are kept.
+    static let maxTextLength = 2_000
+
+    /// `text` read back from a shared queue, as it may be printed: a line feed or tab becomes a
+    /// space and every other control character (C0, DEL, C1: what a terminal takes as an escape
+    /// sequence, a carriage return, a bell) U+FFFD, and at most `maxTextLength` characters are
+    /// kept (then `…`).
+    static func printable(_ text: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        var count = 0
+        for scalar in text.unicodeScalars {
+            if count == maxTextLength {
+                scalars.append("…")
+                break
+            }
+            switch scalar {
+            case "\n", "\t": scalars.append(" ")
+            case _ where scalar.properties.generalCategory == .control: scalars.append("\u{FFFD}")
+            default: scalars.append(scalar)
+            }
+            count += 1
+        }
+        return String(scalars)
     }
 
     public func encode(to encoder: any Encoder) throws {

@@ -45,16 +45,16 @@ struct PostgresSignedPrestageTests {
 
         var catalogURL: URL { nginx.url("catalog.json") }
 
-        func arguments(signed: Bool = true) -> [String] {
+        func arguments(signed: Bool = true, products: [String] = []) -> [String] {
             [
                 "prestage", "--catalog", catalogURL.absoluteString, "--dest", dest.path, "--queue", server.url, "--json",
                 "--storage", scratch.appending("storage").path,
-            ] + (signed ? ["--tuf-keys", keys.path, "--tuf-roots", roots.path] : [])
+            ] + (signed ? ["--tuf-keys", keys.path, "--tuf-roots", roots.path] : []) + products.flatMap { ["--product", $0] }
         }
 
-        /// Records an open run of `document` (a plan) with one task, as a coordinator would.
-        func insertRun(_ document: Data, task: PrestageTask, signed: Bool) throws {
-            let runKey = PostgresPrestage.runKey(dest: dest, products: nil)
+        /// Records an open run of `document` (a plan of `products`) with one task, as a coordinator would.
+        func insertRun(_ document: Data, task: PrestageTask, signed: Bool, products: Set<String>? = nil) throws {
+            let runKey = PostgresPrestage.runKey(dest: dest, products: products)
             try server.psql(
                 """
                 WITH run AS (
@@ -68,12 +68,12 @@ struct PostgresSignedPrestageTests {
         }
 
         /// Upstream gains `added`; the plan a coordinator would make now (one task).
-        mutating func planWithAddedProduct() throws -> PrestagePlan {
+        mutating func planWithAddedProduct(products: Set<String>? = nil) throws -> PrestagePlan {
             try upstream.addProduct(PostgresSignedPrestageTests.added)
             try upstream.writeCatalog()
             let plan = try PrestagePlan(
                 upstream: Catalog.decode(Data(contentsOf: upstream.root.appending("catalog.json"))), upstreamLocation: catalogURL,
-                tree: LocalStagingTree(root: dest))
+                tree: LocalStagingTree(root: dest), products: products)
             try #require(plan.tasks.map(\.contentIdentifier) == [PostgresSignedPrestageTests.added])
             return plan
         }
@@ -106,7 +106,7 @@ struct PostgresSignedPrestageTests {
         }
     }
 
-    @Test("the publisher signs; a run read back from the database is checked, then signed; the client accepts both")
+    @Test("the publisher signs; a run read back from the database is checked, then signed; the client accepts both; runs do not mix keyed and keyless processes")
     func signedRuns() async throws {
         #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
         var setup = try Setup()
@@ -123,7 +123,12 @@ struct PostgresSignedPrestageTests {
         // plan from the row, checks it against the upstream catalog it loaded, stages, publishes
         // and signs.
         let plan = try setup.planWithAddedProduct()
-        try setup.insertRun(try plan.encoded(), task: plan.tasks[0], signed: true)
+        try setup.insertRun(try plan.encoded(), task: plan.tasks[0], signed: false)
+        // Recorded as an unsigned run: a signing process does not join it.
+        let unsignedRun = try CourierBinary.run(setup.arguments())
+        #expect(unsignedRun.status == 2, "exit \(unsignedRun.status): \(unsignedRun.stderr)\(unsignedRun.stdout)")
+        #expect((unsignedRun.stderr + unsignedRun.stdout).contains("publishes an unsigned catalog; this process signs"))
+        try setup.server.psql("UPDATE prestage_run SET signed = true WHERE state = 'running'")
         let second = try CourierBinary.run(setup.arguments())
         try #require(second.status == 0, "\(second.stderr)\(second.stdout)")
         #expect(Self.events(second.stdout, "staged").map { $0["contentIdentifier"] as? String } == [Self.added])
@@ -205,6 +210,38 @@ struct PostgresSignedPrestageTests {
             try TUFLocalRepository.verify(
                 tampered, as: "catalog.json", metadata: metadata,
                 trustedRoot: try Data(contentsOf: setup.roots.appendingPathComponent("1.root.json")))
+        }
+    }
+
+    @Test("a row's own published catalog does not reach what is signed: products not selected keep the tree's entries")
+    func rowPublishedCatalogIsNotSigned() async throws {
+        #expect(PostgresServer.isAvailable, "\(PostgresServer.unavailableReason)")
+        var setup = try Setup()
+        defer { setup.stop() }
+        let client = setup.scratch.appending("client")
+        let first = try CourierBinary.run(setup.arguments())
+        try #require(first.status == 0, "\(first.stderr)\(first.stdout)")
+        let genuine = try await Self.clientCatalog(setup, client: client)
+
+        // A run of `--product com.example.d` whose recorded `published` catalog lists only
+        // com.example.a (every entry still at its own digest's path, so it passes the plan's checks).
+        let selection: Set<String> = [Self.added]
+        let plan = try setup.planWithAddedProduct(products: selection)
+        let document = try PostgresStoredPlanTests.edited(try plan.encoded()) { plan in
+            var published = try #require(plan["published"] as? [String: Any])
+            let products = try #require(published["products"] as? [[String: Any]])
+            published["products"] = products.filter { $0["productId"] as? String == "com.example.a" }
+            plan["published"] = published
+        }
+        try setup.insertRun(document, task: plan.tasks[0], signed: true, products: selection)
+        let run = try CourierBinary.run(setup.arguments(products: [Self.added]))
+        try #require(run.status == 0, "\(run.stderr)\(run.stdout)")
+        #expect(!Self.events(run.stdout, "signed").isEmpty)
+        let signed = try await Self.clientCatalog(setup, client: client)
+        // The selected product first, then the others as the tree had published them.
+        #expect(signed.products.map(\.productId) == [Self.added] + Self.products)
+        for productId in Self.products {
+            #expect(signed.product(productId) == genuine.product(productId))
         }
     }
 }

@@ -134,6 +134,23 @@ struct PostgresStoredPlanTests {
         #expect(!nginx.accessLog().contains { $0.contains(Self.added) }, "a package of the crafted run was fetched")
     }
 
+    @Test("a recorded failure's message, cause and hint are printable: no escape sequences, bounded length")
+    func recordedFailureText() throws {
+        let hostile = #"{"status":"failed","code":"network","message":"\u001b[2J\u001b]0;owned\u0007gone\r\nnext","cause":"\u009b31m\tred","hint":"\#(String(repeating: "x", count: 5_000))"}"#
+        let outcome = try JSONDecoder().decode(PrestageOutcome.self, from: Data(hostile.utf8))
+        guard case .failed(let error) = outcome else {
+            Issue.record("not a failure: \(outcome)")
+            return
+        }
+        #expect(error.code == .network)
+        #expect(error.message == "\u{FFFD}[2J\u{FFFD}]0;owned\u{FFFD}gone\u{FFFD} next")
+        #expect(error.cause == "\u{FFFD}31m red")
+        #expect(error.hint == String(repeating: "x", count: 2_000) + "…")
+        for text in [error.message, error.cause ?? "", error.hint ?? ""] {
+            #expect(!text.unicodeScalars.contains { $0.properties.generalCategory == .control })
+        }
+    }
+
     @Test("a run row's own published catalog is not what a run keeps: the tree's is")
     func publishKeepsTheTreesCatalog() throws {
         // A plan whose `published` copy is older than the tree's (another run key published
