@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # 200 purchases with 1 MiB packages through `courier deliver` and through `courier agent`
 # (validate, entitle, download, verify, unpack, place, record, finish) against downloading the same packages with
-# `xargs -P16 -n50 curl` (download only), in the same run against the same nginx. Prints both
-# times, the ratio (goal <= 1.5) and the per-purchase overhead. Then the 10,000-transaction
-# `courier list --json` figures from Benchmarks/queue.sh. Not a test.
+# `xargs -P16 -n50 curl` (download only) and against the hand pipeline (curl, sha256sum,
+# bsdtar, mv per package, 16 at a time), in the same run against the same nginx. Prints the
+# times, the ratios (goals: <= 1.5 to curl, <= 0.5 to the hand pipeline) and the per-purchase
+# overhead. Then the 10,000-transaction `courier list --json` figures from Benchmarks/queue.sh.
+# Not a test.
+#
+#   BASELINE_BIN=/tmp/old-courier Benchmarks/deliver.sh    # also an older courier, paired
 #
 #   Benchmarks/deliver.sh                                   # release build
 #   COURIER_BIN=.build/debug/courier RUNS=3 Benchmarks/deliver.sh
@@ -61,6 +65,8 @@ for i in range(1, count + 1):
 json.dump({"bundleId": "com.example.app", "products": products}, open(os.path.join(www, "catalog.json"), "w"))
 with open(os.path.join(www, "..", "urls.txt"), "w") as f:
     for p in products: f.write(p["content"]["url"] + "\n")
+with open(os.path.join(www, "..", "hand.txt"), "w") as f:
+    for p in products: f.write(f'{p["productId"]} {p["content"]["url"]} {p["content"]["sha256"]}\n')
 PY
 for i in $(seq 1 "$PURCHASES"); do
   "$BIN" sandbox purchase "com.example.bench$i" --dir "$WORK/sandbox"
@@ -84,18 +90,44 @@ print(f"check: deliver finished {finished} transactions")
 PY
 rm -rf "$WORK/check"
 
+# The hand pipeline a script would run for the same work, 16 at a time: download, check the
+# SHA-256, unpack into a temporary folder, rename it into place (issue 30 item 4's yardstick).
+cat > "$WORK/hand.sh" <<'SH'
+#!/bin/sh
+# hand.sh BASE DIR PRODUCT URL SHA256
+set -e
+base=$1 dir=$2 product=$3 url=$4 sha=$5
+curl -s -o "$dir/$product.zip" "$base/$url"
+echo "$sha  $dir/$product.zip" | sha256sum -c --quiet -
+mkdir -p "$dir/$product.tmp"
+bsdtar -xf "$dir/$product.zip" -C "$dir/$product.tmp"
+mv "$dir/$product.tmp" "$dir/$product"
+rm "$dir/$product.zip"
+SH
+chmod +x "$WORK/hand.sh"
 hyperfine -N --runs "$RUNS" --warmup 0 --export-json "$WORK/deliver.json" \
-  --prepare "rm -rf $WORK/dl $WORK/Storage" \
+  --prepare "rm -rf $WORK/dl $WORK/hand $WORK/Storage" \
   -n "xargs -P16 -n50 curl" "bash -c 'mkdir -p $WORK/dl && cd $WORK/dl && xargs -P16 -n50 curl -s --remote-name-all < $WORK/full-urls.txt'" \
-  -n "courier deliver" "$BIN deliver --receipt $WORK/receipt.txt --catalog $BASE/catalog.json --trust-root $TRUST --environment Sandbox --storage $WORK/Storage" >&2
+  -n "courier deliver" "$BIN deliver --receipt $WORK/receipt.txt --catalog $BASE/catalog.json --trust-root $TRUST --environment Sandbox --storage $WORK/Storage" \
+  -n "hand pipeline" "bash -c 'mkdir -p $WORK/hand && xargs -P16 -L1 $WORK/hand.sh $BASE $WORK/hand < $WORK/hand.txt'" \
+  ${BASELINE_BIN:+-n "baseline deliver" "$BASELINE_BIN deliver --receipt $WORK/receipt.txt --catalog $BASE/catalog.json --trust-root $TRUST --environment Sandbox --storage $WORK/Storage"} >&2
 CURL_S=$(mean_of "$WORK/deliver.json" 0)
 DELIVER_S=$(mean_of "$WORK/deliver.json" 1)
-python3 - "$CURL_S" "$DELIVER_S" "$PURCHASES" "$SIZE_KIB" <<'PY'
+HAND_S=$(mean_of "$WORK/deliver.json" 2)
+python3 - "$CURL_S" "$DELIVER_S" "$PURCHASES" "$SIZE_KIB" "$HAND_S" <<'PY'
 import sys
-curl, deliver, n, kib = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+curl, deliver, n, kib, hand = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 print(f"{n} purchases x {kib} KiB: xargs -P16 -n50 curl {curl:.2f} s (download only), courier deliver {deliver:.2f} s")
 print(f"ratio deliver/curl = {deliver / curl:.2f} (goal <= 1.5); per-purchase overhead {(deliver - curl) / n * 1000:.1f} ms")
+print(f"hand pipeline (curl, sha256sum, bsdtar, mv; 16 at a time) {hand:.2f} s: ratio deliver/hand = {deliver / hand:.2f} (goal <= 0.5)")
 PY
+if [ -n "${BASELINE_BIN:-}" ]; then
+  python3 - "$DELIVER_S" "$(mean_of "$WORK/deliver.json" 3)" <<'PY'
+import sys
+new, old = float(sys.argv[1]), float(sys.argv[2])
+print(f"baseline deliver {old:.2f} s: ratio this/baseline = {new / old:.2f}")
+PY
+fi
 
 # The same purchases through the agent: `courier enqueue` hands the receipt over the control
 # socket and the agent validates, downloads, unpacks, places and finishes. Timed from the enqueue

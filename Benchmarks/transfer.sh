@@ -6,6 +6,9 @@
 #   COURIER_BIN=.build/release/courier Benchmarks/transfer.sh   # reuse a release binary
 #   RSS_ONLY=1 SMALL_MIB=64 Benchmarks/transfer.sh   # only peak RSS (get vs curl vs aria2c),
 #                                                    # with where get's resident pages are
+#   VERIFIED_ONLY=1 BIG_MIB=256 Benchmarks/transfer.sh   # only the verified-download ratios:
+#       on tmpfs (TMPFS, default /dev/shm) courier get --sha256 vs curl vs aria2c --checksum
+#       (goal: get <= 1.3x curl), on disk get vs `curl && sync` (goal: not slower)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -74,6 +77,36 @@ a, b = r[0]["mean"], r[1]["mean"]
 print(f"  courier {a:.3f} s ± {r[0]['stddev']:.3f}   other {b:.3f} s ± {r[1]['stddev']:.3f}   ratio {a / b:.2f}")
 PY
 }
+
+TMPFS=${TMPFS:-/dev/shm}
+if [[ -z "${RSS_ONLY:-}" && -d "$TMPFS" ]]; then
+    SHM=$(mktemp -d "$TMPFS/courier-bench.XXXXXX")
+    trap 'cleanup; rm -rf "$SHM"' EXIT
+    echo "== ${BIG_MIB} MiB to tmpfs ($TMPFS), paired in one run: courier get --sha256 vs curl -s -o vs aria2c --checksum"
+    hyperfine -N -w 1 -r "$RUNS" --export-json "$WORK/tmpfs.json" \
+        --prepare "rm -rf $SHM/big.bin $SHM/big.bin.courier-part $SHM/big.bin.courier-journal $SHM/big.bin.aria2" \
+        -n "courier get --sha256" "$BIN get $BASE/big.bin -o $SHM/big.bin --sha256 $BIG_SHA" \
+        -n "curl" "curl -s -o $SHM/big.bin $BASE/big.bin" \
+        -n "aria2c --checksum" "aria2c -q --allow-overwrite=true --auto-file-renaming=false --checksum=sha-256=$BIG_SHA -d $SHM -o big.bin $BASE/big.bin" \
+        > /dev/null
+    python3 - "$WORK/tmpfs.json" <<'PY'
+import json, sys
+r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
+get, curl, aria = r["courier get --sha256"], r["curl"], r["aria2c --checksum"]
+for name, x in (("courier get --sha256", get), ("curl", curl), ("aria2c --checksum", aria)):
+    print(f"  {name:22s} {x['mean']:.3f} s ± {x['stddev']:.3f}  (user {x['user']:.3f} s, system {x['system']:.3f} s)")
+ratio = get["mean"] / curl["mean"]
+print(f"  ratio get/curl {ratio:.2f} (goal <= 1.3: {'met' if ratio <= 1.3 else 'NOT MET'}), get/aria2c {get['mean'] / aria['mean']:.2f}")
+PY
+    echo "== ${BIG_MIB} MiB to disk ($WORK), paired: courier get --sha256 (fsyncs the file) vs curl && sync"
+    hyperfine -N -w 1 -r "$RUNS" --export-json "$WORK/disk.json" \
+        --prepare "rm -rf $WORK/out/big.bin $WORK/out/big.bin.courier-part $WORK/out/big.bin.courier-journal" \
+        -n "courier get --sha256" "$BIN get $BASE/big.bin -o $WORK/out/big.bin --sha256 $BIG_SHA" \
+        -n "curl && sync" "bash -c 'curl -s -o $WORK/out/big.bin $BASE/big.bin && sync'" > /dev/null
+    ratio "$WORK/disk.json"
+    rm -rf "$SHM"
+fi
+if [[ -n "${VERIFIED_ONLY:-}" ]]; then exit 0; fi
 
 if [[ -z "${RSS_ONLY:-}" ]]; then
     echo "== ${BIG_MIB} MiB: courier get --sha256 vs curl -s -o"

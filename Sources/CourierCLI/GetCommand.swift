@@ -12,16 +12,22 @@ import Glibc
 struct GetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get",
-        abstract: "Download a URL to a file, resumably: running the same command again resumes.",
+        abstract: "Download URLs to files, resumably: running the same command again resumes.",
         discussion: """
             The partial data (FILE.courier-part) and its journal (FILE.courier-journal) live beside \
             FILE until the download is verified and renamed into place. SIGINT or SIGTERM pause the \
-            download (exit 7). With --input-file, every URL of LIST (one a line) is saved into DIR \
-            under the last component of its path, --jobs at a time. A line whose name is not one \
+            download (exit 7). With several URLs, or --input-file LIST (one URL a line, # comments \
+            and blank lines skipped; - reads standard input), every URL is saved under the last \
+            component of its path into DIR (-d DIR, or -o DIR naming a folder; default: the \
+            current folder), --jobs at a time, as wget and aria2c do. A URL whose name is not one \
             safe file name directly inside DIR (empty, ., .., a / or control character once \
-            percent-decoded, or a name already used by another line) is refused with a message \
-            naming it while the others download; the exit code is then 2 unless a download failed. \
-            At the end every file's outcome is listed (OK, ERR or PAUSED). \
+            percent-decoded, or a name already used by another URL) is refused with a message \
+            naming it while the others download. At the end every file's outcome is listed (OK, \
+            ERR or PAUSED). The exit code is 0 when every file was saved; else 7 if any download \
+            was paused, else the code of the first failed download in the order given, else 2 \
+            (only refused URLs). With --mirror, each switch to another URL is said on standard \
+            error with the failed URL and its cause, and the result names the URL that served \
+            the file. \
             Without -o, the file is saved in the current folder under the URL's last path \
             component (refused if that is not one safe file name). The destination is checked \
             before any byte is fetched: its folder must exist (or pass --create-dirs) and it must \
@@ -32,8 +38,8 @@ struct GetCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The URL to download.")
-    var url: String?
+    @Argument(help: "The URLs to download (several: each is saved under its own name in the current folder, -d DIR or -o DIR).")
+    var urls: [String] = []
 
     @Option(
         name: [.short, .long],
@@ -49,14 +55,16 @@ struct GetCommand: AsyncParsableCommand {
     @Option(help: "The expected length of the file in bytes.")
     var length: Int64?
 
-    @Option(name: [.short, .customLong("input-file")], help: "A file of URLs, one a line (multi-URL mode); - reads them from standard input.")
+    @Option(name: [.short, .customLong("input-file")], help: "A file of URLs, one a line (# comments, blank lines skipped); - reads them from standard input.")
     var inputFile: String?
 
-    @Option(name: [.customShort("d"), .customLong("dir")], help: "The folder for --input-file downloads.")
+    @Option(
+        name: [.customShort("d"), .customLong("dir")],
+        help: "The folder to save into under the URLs' own names (created; default: the current folder).")
     var directory: String?
 
-    @Option(name: [.short, .long], help: "Downloads at once in --input-file mode.")
-    var jobs: Int = 16
+    @Option(name: [.short, .long], help: "Downloads at once with several URLs (as aria2c's -j).")
+    var jobs: Int = 5
 
     @Option(name: [.customShort("H"), .customLong("header")], help: "An extra request header, 'Name: value' (repeatable).")
     var headers: [String] = []
@@ -114,15 +122,18 @@ struct GetCommand: AsyncParsableCommand {
         for mirror in mirrors where !Catalog.Content.isMirrorURL(mirror) {
             throw ValidationError("--mirror must be an absolute http(s) URL, not \(mirror)")
         }
-        if inputFile != nil && !mirrors.isEmpty { throw ValidationError("--mirror goes with one URL, not --input-file") }
-        if inputFile != nil {
-            guard url == nil, output == nil, sha256 == nil, length == nil else {
-                throw ValidationError("--input-file takes no URL, -o, --sha256 or --length")
+        if output != nil && directory != nil {
+            throw ValidationError("-o and -d both say where to save: give one (-o FILE for one URL, -d DIR for any number)")
+        }
+        guard jobs >= 1 else { throw ValidationError("--jobs must be at least 1") }
+        if severalURLs {
+            if !mirrors.isEmpty { throw ValidationError("--mirror goes with one URL, not several or --input-file") }
+            guard sha256 == nil, length == nil else {
+                throw ValidationError("--sha256 and --length describe one file: give one URL with them")
             }
-            guard directory != nil else { throw ValidationError("--input-file needs -d DIR") }
-            guard jobs >= 1 else { throw ValidationError("--jobs must be at least 1") }
+            if output == "-" { throw ValidationError("-o - writes one file to standard output: give one URL") }
         } else {
-            guard url != nil else { throw ValidationError("give a URL (or --input-file LIST)") }
+            guard !urls.isEmpty else { throw ValidationError("give a URL (or --input-file LIST)") }
             if output == "-" && global.json {
                 throw ValidationError("-o - writes the file to standard output: it cannot also carry --json")
             }
@@ -138,6 +149,9 @@ struct GetCommand: AsyncParsableCommand {
         }
     }
 
+    /// Several URLs (arguments or a list): each is saved under its own name into a folder.
+    private var severalURLs: Bool { inputFile != nil || urls.count > 1 }
+
     func run() async throws {
         try await global.run { output in
             var configuration = try global.loadConfiguration().transfer
@@ -146,7 +160,7 @@ struct GetCommand: AsyncParsableCommand {
             if let maxTime { configuration.maxTime = maxTime }
             if let proxy { configuration.proxy = proxy }
             if let limitRate { configuration.limitRate = try RateOption.parse(limitRate) }
-            if inputFile != nil {
+            if severalURLs {
                 configuration.maxConcurrentTransfers = jobs
                 configuration.maxTransfersPerHost = jobs
             }
@@ -157,9 +171,9 @@ struct GetCommand: AsyncParsableCommand {
                 return (String(parts[0]).trimmingCharacters(in: .whitespaces), String(parts.count > 1 ? parts[1] : "").trimmingCharacters(in: .whitespaces))
             }
             try await withSignalCancellation {
-                if let inputFile, let directory {
-                    try await downloadList(inputFile, into: directory, headers: requestHeaders, engine: engine, output: output)
-                } else if let url {
+                if severalURLs {
+                    try await downloadMany(headers: requestHeaders, engine: engine, output: output)
+                } else if let url = urls.first {
                     try await downloadOne(url, to: self.output, headers: requestHeaders, engine: engine, output: output)
                 }
             }
@@ -191,8 +205,14 @@ struct GetCommand: AsyncParsableCommand {
         if let path {
             destination = URL(fileURLWithPath: path).standardizedFileURL
         } else {
-            // Like wget and curl -O: the URL's own name, in the current folder.
-            let here = URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
+            // Like wget and curl -O: the URL's own name, in the current folder (or -d DIR,
+            // created, as wget's -P and aria2c's -d).
+            let here: URL
+            if let directory {
+                here = try Self.makeFolder(directory)
+            } else {
+                here = URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
+            }
             do {
                 destination = try DownloadFileName.destination(for: source, in: here)
             } catch let error as CourierError {
@@ -238,7 +258,9 @@ struct GetCommand: AsyncParsableCommand {
         let bar = ProgressBar(output: output, label: destination.lastPathComponent, file: destination.path)
         let retries = RetryReporter(output: output, file: destination.path)
         do {
-            let result = try await engine.download(request, journal: store, progress: { bar.update($0) }, retrying: retries.report)
+            let result = try await engine.download(
+                request, journal: store, progress: { bar.update($0) }, retrying: retries.report,
+                handingOver: retries.reportHandover)
             bar.finish()
             if !quietResult {
                 try GetDestination.applyUserMode(result.file)
@@ -256,58 +278,100 @@ struct GetCommand: AsyncParsableCommand {
         }
     }
 
-    private func downloadList(
-        _ list: String,
-        into directory: String,
+    /// Makes (if needed) and returns the folder `path`: `-d DIR` is created, as aria2c's is
+    /// (-o's missing folder needs --create-dirs, as curl's).
+    private static func makeFolder(_ path: String) throws -> URL {
+        let folder = URL(fileURLWithPath: path, isDirectory: true).standardizedFileURL
+        try CourierError.wrapping(.io, "cannot create \(folder.path)") {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        }
+        return folder
+    }
+
+    /// Where several URLs are saved: `-d DIR`, or `-o DIR` when it names a folder (an existing
+    /// one, or a path ending in /), else the current folder. `-o FILE` is a usage error.
+    private func folderForSeveralURLs() throws -> URL {
+        if let directory { return try Self.makeFolder(directory) }
+        if let output {
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: output, isDirectory: &isFolder) && isFolder.boolValue {
+                return URL(fileURLWithPath: output, isDirectory: true).standardizedFileURL
+            }
+            if output.hasSuffix("/") { return try Self.makeFolder(output) }
+            throw CourierError(
+                .usage, "-o \(output) names one file, but there are several URLs",
+                hint: "save them into a folder with -d DIR (or -o DIR/), each under its own name")
+        }
+        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
+    }
+
+    /// One URL of several, where it was given: an argument or a line of the list.
+    private struct Entry {
+        var address: String
+        /// The argument's position (1-based), for a URL given on the command line.
+        var argument: Int?
+        /// The line's number (1-based), for a URL of the list.
+        var line: Int?
+    }
+
+    /// `get URL URL...` and `get -i LIST`: every URL (the arguments first, then the list's
+    /// lines) saved under its own name into one folder, `--jobs` at a time through the one engine.
+    private func downloadMany(
         headers: [(String, String)],
         engine: TransferEngine,
         output: Output
     ) async throws {
-        // `-i -`: the list comes on standard input, as with wget and aria2c.
-        let text = try CourierError.wrapping(.usage, "cannot read \(list == "-" ? "the list on standard input" : list)") {
-            if list == "-" {
-                guard let text = String(data: FileHandle.standardInput.readDataToEndOfFile(), encoding: .utf8) else {
-                    throw CourierError(.usage, "not UTF-8 text")
+        var entries = urls.enumerated().map { Entry(address: $1, argument: $0 + 1) }
+        if let list = inputFile {
+            // `-i -`: the list comes on standard input, as with wget and aria2c.
+            let text = try CourierError.wrapping(.usage, "cannot read \(list == "-" ? "the list on standard input" : list)") {
+                if list == "-" {
+                    guard let text = String(data: FileHandle.standardInput.readDataToEndOfFile(), encoding: .utf8) else {
+                        throw CourierError(.usage, "not UTF-8 text")
+                    }
+                    return text
                 }
-                return text
+                return try String(contentsOfFile: list, encoding: .utf8)
             }
-            return try String(contentsOfFile: list, encoding: .utf8)
+            let lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
+            for (index, line) in lines.enumerated() {
+                let address = line.trimmingCharacters(in: .whitespaces)
+                if address.isEmpty || address.hasPrefix("#") { continue }
+                entries.append(Entry(address: address, line: index + 1))
+            }
         }
-        let folder = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        // -d creates its folder, as aria2c's does (-o's missing folder needs --create-dirs, as curl's).
-        try CourierError.wrapping(.io, "cannot create \(folder.path)") {
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        }
-        // A line that cannot be saved safely (not an http(s) URL, no safe file name, a name
-        // another line already uses) is refused on its own; the other lines still download.
+        let folder = try folderForSeveralURLs()
+        // A URL that cannot be saved safely (not an http(s) URL, no safe file name, a name
+        // another URL already uses) is refused on its own; the others still download.
         var requests: [DownloadRequest] = []
-        var lineOfName: [String: Int] = [:]
+        var placeOfName: [String: String] = [:]
         var refused: [CourierError] = []
-        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
-        for (index, line) in lines.enumerated() {
-            let number = index + 1
-            let address = line.trimmingCharacters(in: .whitespaces)
-            if address.isEmpty || address.hasPrefix("#") { continue }
+        for entry in entries {
+            let place =
+                entry.line.map { "\(inputFile == "-" ? "standard input" : inputFile ?? ""):\($0)" }
+                ?? "argument \(entry.argument ?? 0)"
             do {
-                guard let source = Self.url(address), let scheme = source.scheme?.lowercased(),
+                guard let source = Self.url(entry.address), let scheme = source.scheme?.lowercased(),
                     scheme == "http" || scheme == "https", source.host?.isEmpty == false
                 else {
                     throw CourierError(.usage, "not an http(s) URL")
                 }
                 let destination = try DownloadFileName.destination(for: source, in: folder)
                 let name = destination.lastPathComponent
-                if let earlier = lineOfName[name] {
-                    throw CourierError(.usage, "line \(earlier) saves to the same name \(DownloadFileName.escaped(name))")
+                if let earlier = placeOfName[name] {
+                    throw CourierError(.usage, "\(earlier) saves to the same name \(DownloadFileName.escaped(name))")
                 }
-                lineOfName[name] = number
+                placeOfName[name] = place
                 requests.append(DownloadRequest(id: name, url: source, destination: destination, headers: headers))
             } catch {
                 let reason = (error as? CourierError)?.message ?? "\(error)"
-                let refusal = CourierError(
-                    .usage, "\(list):\(number): refused \(DownloadFileName.escaped(address)): \(reason)")
+                let refusal = CourierError(.usage, "\(place): refused \(DownloadFileName.escaped(entry.address)): \(reason)")
                 refused.append(refusal)
                 if output.json {
-                    output.emit(GetRefusedEvent(line: number, url: address, code: refusal.code.rawValue, message: refusal.message))
+                    output.emit(
+                        GetRefusedEvent(
+                            line: entry.line, argument: entry.argument, url: entry.address, code: refusal.code.rawValue,
+                            message: refusal.message))
                 } else {
                     output.note("courier: \(refusal.message)")
                 }
@@ -315,8 +379,8 @@ struct GetCommand: AsyncParsableCommand {
         }
         let store = FileResumeJournalStore(directory: folder)
         let bar = ProgressBar(output: output, label: "\(requests.count) files", files: requests.count)
-        let outcomes = await withTaskGroup(of: (DownloadRequest, Result<DownloadResult, any Error>).self) { group in
-            for request in requests {
+        let finished = await withTaskGroup(of: (Int, Result<DownloadResult, any Error>).self) { group in
+            for (index, request) in requests.enumerated() {
                 group.addTask {
                     let retries = RetryReporter(output: output, file: request.destination.path)
                     do {
@@ -325,32 +389,33 @@ struct GetCommand: AsyncParsableCommand {
                         try GetDestination.applyUserMode(result.file)
                         bar.fileFinished(result)
                         if output.json { report(result, output: output) }
-                        return (request, .success(result))
+                        return (index, .success(result))
                     } catch {
                         let error = retries.summarized(error)
                         GetDestination.removeEmptyLeftovers(of: request, journal: store)
                         if output.json, let error = error as? CourierError {
                             output.emit(GetFailedEvent(file: request.destination.path, code: error.code.rawValue, message: error.message))
                         }
-                        return (request, .failure(error))
+                        return (index, .failure(error))
                     }
                 }
             }
-            var outcomes: [(DownloadRequest, Result<DownloadResult, any Error>)] = []
-            for await outcome in group { outcomes.append(outcome) }
-            return outcomes
+            var finished: [(Int, Result<DownloadResult, any Error>)] = []
+            for await outcome in group { finished.append(outcome) }
+            return finished
         }
         bar.finish()
+        // In the order given (arguments, then the list), whatever order they finished in.
+        let outcomes = finished.sorted { $0.0 < $1.0 }.map { (requests[$0.0], $0.1) }
         let failures = outcomes.compactMap { outcome -> (any Error)? in
             if case .failure(let error) = outcome.1 { return error }
             return nil
         }
-        // Every file's outcome at the end, as aria2's "Download Results", in the list's order;
+        // Every file's outcome at the end, as aria2's "Download Results", in the order given;
         // under --quiet only when something failed.
         if !output.json && !requests.isEmpty && (!output.quiet || !failures.isEmpty || !refused.isEmpty) {
-            let order = Dictionary(uniqueKeysWithValues: requests.enumerated().map { ($1.id, $0) })
             var table = [["STATUS", "SIZE", "FILE", ""]]
-            for (request, result) in outcomes.sorted(by: { order[$0.0.id, default: 0] < order[$1.0.id, default: 0] }) {
+            for (request, result) in outcomes {
                 switch result {
                 case .success(let done):
                     table.append(["OK", QueueFormat.bytes(done.length), done.file.path, ""])
@@ -374,8 +439,9 @@ struct GetCommand: AsyncParsableCommand {
             return
         }
         let errors = failures.compactMap { $0 as? CourierError }
-        let refusedNote = refused.isEmpty ? "" : "; \(refused.count) lines of \(list) refused"
-        // Paused wins (resumable), then the first download failure, then the refused lines (usage).
+        let refusedNote = refused.isEmpty ? "" : "; \(refused.count) URLs refused"
+        // Paused wins (resumable), then the first download failure in the order given, then the
+        // refused URLs (usage).
         if let paused = errors.first(where: { $0.code == .paused }) {
             throw CourierError(
                 .paused, "\(failures.count) of \(requests.count) downloads stopped\(refusedNote)", hint: paused.hint)
@@ -388,21 +454,23 @@ struct GetCommand: AsyncParsableCommand {
         if let failure = failures.first { throw failure }
         throw CourierError(
             .usage,
-            "\(refused.count) lines of \(list) refused; saved the other \(requests.count) files in \(folder.path)",
-            hint: "each refused line is printed above with its reason")
+            "\(refused.count) URLs refused; saved the other \(requests.count) files in \(folder.path)",
+            hint: "each refused URL is printed above with its reason")
     }
 
     private func report(_ result: DownloadResult, output: Output) {
         if output.json {
-            // One file of a list is "saved"; the command's last line is its "result" or "error".
-            if inputFile == nil {
-                output.emit(GetResult(saved: SavedFileFields(result)))
-            } else {
+            // One file of several is "saved"; the command's last line is its "result" or "error".
+            if severalURLs {
                 output.emit(GetSavedEvent(saved: SavedFileFields(result)))
+            } else {
+                output.emit(GetResult(saved: SavedFileFields(result)))
             }
-        } else if inputFile == nil {
+        } else if !severalURLs {
             let resumed = result.resumedFrom > 0 ? ", resumed at byte \(result.resumedFrom)" : ""
-            output.done("saved \(result.file.path) (\(result.length) bytes, sha256 \(result.sha256)\(resumed))")
+            // With mirrors, which one served the file.
+            let served = !mirrors.isEmpty ? result.source.map { " from \($0.absoluteString)" } ?? "" : ""
+            output.done("saved \(result.file.path)\(served) (\(result.length) bytes, sha256 \(result.sha256)\(resumed))")
         }
     }
 }
@@ -452,6 +520,34 @@ final class RetryReporter: Sendable {
                 output.info(Self.line(retry))
             }
         }
+    }
+
+    /// Says each switch of the download to another URL (`--mirror`): a line on standard error,
+    /// a `mirror` event with --json.
+    var reportHandover: @Sendable (TransferHandover) -> Void {
+        { [self] handover in
+            if output.json {
+                output.emit(Self.event(handover, file: file))
+            } else {
+                output.info(Self.line(handover))
+            }
+        }
+    }
+
+    /// The line that says a switch to another URL: the URL that failed and why, and the next.
+    static func line(_ handover: TransferHandover) -> String {
+        let error = handover.error
+        let from = handover.from.absoluteString
+        let failed = error.message.contains(from) ? error.message : "\(from) failed: \(error.message)"
+        let cause = error.cause.map { failed.contains($0) ? "" : " (\($0))" } ?? ""
+        return "courier: \(handover.id): \(failed)\(cause); switching to \(handover.to.absoluteString)"
+    }
+
+    /// The `mirror` event of --json output (docs/json.md).
+    static func event(_ handover: TransferHandover, file: String?) -> GetMirrorEvent {
+        GetMirrorEvent(
+            file: file, failedURL: handover.from.absoluteString, nextURL: handover.to.absoluteString,
+            code: handover.error.code.rawValue, message: handover.error.message, cause: handover.error.cause)
     }
 
     /// The line that says a retry: the download, the cause (with its underlying cause: the curl

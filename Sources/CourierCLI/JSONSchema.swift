@@ -117,6 +117,8 @@ struct SavedFileFields: Encodable, Sendable {
     var sha256: String
     var bytesFetched: Int64
     var resumedFrom: Int64
+    /// The URL that served the file's last bytes (the one given or a `--mirror`).
+    var url: String?
 }
 
 extension SavedFileFields {
@@ -126,6 +128,7 @@ extension SavedFileFields {
         sha256 = result.sha256
         bytesFetched = result.bytesFetched
         resumedFrom = result.resumedFrom
+        url = result.source?.absoluteString
     }
 }
 
@@ -140,7 +143,7 @@ struct GetResult: JSONEvent {
 /// `get -i`: one file of the list saved.
 struct GetSavedEvent: JSONEvent {
     static let event = "saved"
-    static let from = "get -i"
+    static let from = "get URL URL…, get -i"
     var saved: SavedFileFields
     func encode(to encoder: any Encoder) throws { try saved.encode(to: encoder) }
 }
@@ -148,7 +151,7 @@ struct GetSavedEvent: JSONEvent {
 /// `get -i`: every file of the list saved.
 struct GetListResult: JSONEvent {
     static let event = "result"
-    static let from = "get -i"
+    static let from = "get URL URL…, get -i"
     var saved: Int
     var directory: String
 }
@@ -156,7 +159,7 @@ struct GetListResult: JSONEvent {
 /// `get -i`: one file of the list failed.
 struct GetFailedEvent: JSONEvent {
     static let event = "failed"
-    static let from = "get -i"
+    static let from = "get URL URL…, get -i"
     var file: String
     var code: String
     var message: String
@@ -165,11 +168,32 @@ struct GetFailedEvent: JSONEvent {
 /// `get -i`: one line of the list refused.
 struct GetRefusedEvent: JSONEvent {
     static let event = "refused"
-    static let from = "get -i"
-    var line: Int
+    static let from = "get URL URL…, get -i"
+    /// Its line in the list (`-i`), or
+    var line: Int?
+    /// its position on the command line (from 1).
+    var argument: Int?
     var url: String
     var code: String
     var message: String
+}
+
+/// `get --mirror`: the download switches to another URL.
+struct GetMirrorEvent: JSONEvent {
+    static let event = "mirror"
+    static let from = "get --mirror"
+    var file: String?
+    /// The URL that failed.
+    var failedURL: String
+    /// The URL tried next.
+    var nextURL: String
+    var code: String
+    var message: String
+    var cause: String?
+
+    enum CodingKeys: String, CodingKey {
+        case file, failedURL = "from", nextURL = "to", code, message, cause
+    }
 }
 
 /// `get`: progress of the transfer.
@@ -668,7 +692,8 @@ enum JSONSchema {
         let date = Date(timeIntervalSince1970: 1_795_000_000)
         let owner = JSONOwner(pid: 4242, host: "host", alive: true, heartbeatAt: date)
         let line = QueueListing.Line.example(owner: owner)
-        let saved = SavedFileFields(file: "/tmp/a.bin", length: 12, sha256: "ab", bytesFetched: 12, resumedFrom: 0)
+        let saved = SavedFileFields(
+            file: "/tmp/a.bin", length: 12, sha256: "ab", bytesFetched: 12, resumedFrom: 0, url: "http://127.0.0.1:8080/a.bin")
         let retry = TransferRetry(
             id: "d1", retry: 1, maxRetries: 5, delay: 0.25, error: CourierError(.network, "HTTP 503", cause: "HTTP 503"))
         let prestageSummary = PrestageSummaryFields(
@@ -682,7 +707,10 @@ enum JSONSchema {
             GetSavedEvent(saved: saved),
             GetListResult(saved: 1, directory: "/tmp"),
             GetFailedEvent(file: "/tmp/a.bin", code: "network", message: "m"),
-            GetRefusedEvent(line: 2, url: "x", code: "usage", message: "m"),
+            GetRefusedEvent(line: 2, argument: 3, url: "x", code: "usage", message: "m"),
+            GetMirrorEvent(
+                file: "/tmp/a.bin", failedURL: "http://127.0.0.1:1/a.bin", nextURL: "http://127.0.0.1:2/a.bin", code: "network",
+                message: "m", cause: "HTTP 503"),
             GetProgressEvent(file: "/tmp/a.bin", bytesReceived: 1, rate: 1, contentLength: 2, progress: 0.5, timeRemaining: 1),
             EnqueueResult(
                 transactions: [

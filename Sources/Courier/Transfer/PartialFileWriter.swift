@@ -7,11 +7,14 @@ import Glibc
 
 /// The disk side of one download: writes body chunks to the partial file, hashes them, fsyncs
 /// and records checkpoints in the journal. Runs on one serial queue of the engine's bounded
-/// worker pool, never on the network thread.
+/// worker pool, never on the network thread. Hashing runs on a serial queue of its own
+/// (`ChunkHasher`), fed in order with each chunk once it is written: hashing chunk N overlaps
+/// writing chunk N+1 and receiving N+2, so a verified download costs about the slowest of the
+/// three stages on its own core, not their sum.
 ///
 /// The network thread hands chunks over with `submit`; `shouldPause` applies backpressure
-/// (memory stays bounded whatever the file size) and the writer asks the job to resume receiving
-/// once it has caught up.
+/// (memory stays bounded whatever the file size: a chunk counts until it is hashed) and the
+/// writer asks the job to resume receiving once it has caught up.
 final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state is touched only on `queue`; the handover counters are guarded by `lock`.
     let queue: DispatchQueue
     let file: URL
@@ -22,7 +25,8 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
     private let highWater: Int
 
     // Queue-only state.
-    private var hasher = SHA256()
+    /// The SHA-256 of the bytes written, computed on its own queue in write order.
+    private let hasher: ChunkHasher
     private(set) var writtenOffset: Int64 = 0
     private(set) var durableOffset: Int64 = 0
     private(set) var journal: ResumeJournal
@@ -80,6 +84,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         self.growingSpaceCheck = growingSpaceCheck
         self.defersFirstJournal = defersFirstJournal
         self.retainLimit = max(0, retainLimit)
+        self.hasher = ChunkHasher()
     }
 
     /// The first error the writer met (ENOSPC, EIO, a journal that could not be saved).
@@ -178,18 +183,9 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         if Int64(status.st_size) != start {
             guard ftruncate(fd, off_t(start)) == 0 else { throw CourierError.posix("truncate", path: file.path) }
         }
-        hasher = SHA256()
-        // Re-hash the bytes kept (only when resuming: a fresh start needs no buffer).
-        var buffer = [UInt8](repeating: 0, count: start > 0 ? Int(min(start, 256 << 10)) : 0)
-        var position: Int64 = 0
-        while position < start {
-            let wanted = Int(min(Int64(buffer.count), start - position))
-            let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, wanted, off_t(position)) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { throw CourierError.posix("read", path: file.path) }
-            buffer.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-            position += Int64(count)
-        }
+        // Re-hash the bytes kept (only when resuming: a fresh start needs no buffer). The
+        // journal keeps no hash state: the prefix on disk is what the digest must cover.
+        try hasher.restart(hashingPrefixOf: fd, length: start, path: file.path)
         writtenOffset = start
         retained = start == 0 && retainLimit > 0 ? [] : nil
         durableOffset = min(start, max(0, durable ?? start))
@@ -229,9 +225,21 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         if let error { throw error }
     }
 
+    /// Writes `chunk` at the written offset, then hands the bytes that landed to the hasher;
+    /// the chunk stops counting against the high water once it is hashed.
     private func write(_ chunk: [UInt8]) {
-        defer { drained(chunk.count) }
-        guard error == nil else { return }
+        let landed = writeLanding(chunk)
+        guard landed > 0 else {
+            drained(chunk.count)
+            return
+        }
+        hasher.update(chunk, count: landed) { self.drained(chunk.count) }
+    }
+
+    /// Writes `chunk` and returns how many of its bytes landed in the file (all of them unless
+    /// the writer failed).
+    private func writeLanding(_ chunk: [UInt8]) -> Int {
+        guard error == nil else { return 0 }
         if let check = growingSpaceCheck, journal.totalLength == nil {
             // Length unknown (no Content-Length, no expected length): nothing was reserved up
             // front, so the reserve is enforced as the file grows.
@@ -240,10 +248,10 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
                     bytes: SpaceCheck.sum(Int64(chunk.count), check.additionalSpaceNeeded), reserve: check.reserve, at: file)
             } catch let error as CourierError {
                 fail(error)
-                return
+                return 0
             } catch {
                 fail(CourierError(.io, "cannot check the free space at \(file.path)", cause: "\(error)"))
-                return
+                return 0
             }
         }
         var done = 0
@@ -257,12 +265,10 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
                 retained = nil
                 // Keep what did land: it is valid data and can be checkpointed.
                 writtenOffset += Int64(done)
-                chunk.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<done])) }
-                return
+                return done
             }
             done += count
         }
-        chunk.withUnsafeBytes { hasher.update(bufferPointer: $0) }
         if var kept = retained {
             // Taken out first so the append below extends the one reference in place.
             retained = nil
@@ -285,6 +291,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
                 fail(CourierError(.io, "cannot checkpoint \(file.path)", cause: "\(error)"))
             }
         }
+        return chunk.count
     }
 
     private func restartFromZero() {
@@ -293,7 +300,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             fail(CourierError.posix("truncate", path: file.path))
             return
         }
-        hasher = SHA256()
+        hasher.reset()
         writtenOffset = 0
         durableOffset = 0
         retained = retainLimit > 0 ? [] : nil
@@ -330,7 +337,7 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
             // writes them meanwhile instead of all at that sync.
             FilesystemSync.startWriteback(fd)
         }
-        let digest = hasher.finalize().hex
+        let digest = hasher.digest()
         progress.finish(bytes: writtenOffset)
         return (writtenOffset, digest)
     }
@@ -351,6 +358,61 @@ final class PartialFileWriter: @unchecked Sendable {  // @unchecked: disk state 
         }
         lock.unlock()
         resume?.resumeReceiving()
+    }
+}
+
+/// The SHA-256 of one download's bytes, computed on a serial queue of its own in the order the
+/// writer hands them over: the writer's queue only enqueues (`update`, `reset`) and waits only
+/// for a digest or a re-hashed prefix, so hashing overlaps writing and receiving.
+///
+/// swift-crypto's `SHA256` is BoringSSL's on Linux, with its x86-64 assembly (SHA-NI where the
+/// CPU has it, AVX2 otherwise): as fast as OpenSSL's libcrypto, so no other implementation is
+/// linked.
+final class ChunkHasher: @unchecked Sendable {  // @unchecked: `state` is touched only on `queue`.
+    private let queue: DispatchQueue
+    private var state = SHA256()
+
+    init() {
+        // The writers' QoS (`WorkerPool`): neither stage outranks the other.
+        queue = DispatchQueue(label: "courier.transfer.hash", qos: .utility)
+    }
+
+    /// Hashes the first `count` bytes of `chunk` after everything handed over before, then runs
+    /// `done` (on the hasher's queue). `chunk` is shared, not copied, until it is hashed.
+    func update(_ chunk: [UInt8], count: Int, done: @escaping @Sendable () -> Void) {
+        queue.async {
+            chunk.withUnsafeBytes { self.state.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            done()
+        }
+    }
+
+    /// Starts over from empty, after what was handed over before.
+    func reset() {
+        queue.async { self.state = SHA256() }
+    }
+
+    /// Starts over with the first `length` bytes of the file `fd` (a resumed download's prefix),
+    /// read and hashed before this returns.
+    func restart(hashingPrefixOf fd: Int32, length: Int64, path: String) throws {
+        try queue.sync {
+            state = SHA256()
+            guard length > 0 else { return }
+            var buffer = [UInt8](repeating: 0, count: Int(min(length, 256 << 10)))
+            var position: Int64 = 0
+            while position < length {
+                let wanted = Int(min(Int64(buffer.count), length - position))
+                let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, wanted, off_t(position)) }
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { throw CourierError.posix("read", path: path) }
+                buffer.withUnsafeBytes { state.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                position += Int64(count)
+            }
+        }
+    }
+
+    /// Lowercase hex SHA-256 of everything handed over so far (waits until it is hashed).
+    func digest() -> String {
+        queue.sync { state.finalize().hex }
     }
 }
 

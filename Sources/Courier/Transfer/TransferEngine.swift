@@ -238,12 +238,15 @@ public final class TransferEngine: Sendable {
     /// SHA-256 mismatch; the bad file is removed and the next call starts over), `.network`,
     /// `.serverRejected` (401) or `.notEntitled` (403). On success the journal is removed (unless
     /// the request leaves that to its caller: `resetsJournalWhenPlaced`).
-    /// `retrying` hears each retry as it is scheduled (before the wait), so a front end can say it.
+    /// `retrying` hears each retry as it is scheduled (before the wait), so a front end can say it;
+    /// `handingOver` hears each switch to another of the request's URLs (a mirror) before its
+    /// first request, with the failure that caused it.
     public func download(
         _ request: DownloadRequest,
         journal store: any ResumeJournalStore,
         progress: @escaping @Sendable (TransferProgress) -> Void,
-        retrying: (@Sendable (TransferRetry) -> Void)? = nil
+        retrying: (@Sendable (TransferRetry) -> Void)? = nil,
+        handingOver: (@Sendable (TransferHandover) -> Void)? = nil
     ) async throws -> DownloadResult {
         var logger = self.logger
         logger[metadataKey: "download-id"] = "\(request.id)"
@@ -324,7 +327,9 @@ public final class TransferEngine: Sendable {
             if request.url.isFileURL {
                 try await copyLocalFile(request, writer: writer, logger: logger)
             } else {
-                try await transfer(request, attempts: &attempts, writer: writer, store: store, logger: logger, retrying: retrying)
+                try await transfer(
+                    request, attempts: &attempts, writer: writer, store: store, logger: logger, retrying: retrying,
+                    handingOver: handingOver)
             }
             let syncs = request.durability == .onCompletion
             // One hop to the writer's queue for the end (each is a thread hand-off and back):
@@ -385,20 +390,27 @@ public final class TransferEngine: Sendable {
         writer: PartialFileWriter,
         store: any ResumeJournalStore,
         logger: Logger,
-        retrying: (@Sendable (TransferRetry) -> Void)?
+        retrying: (@Sendable (TransferRetry) -> Void)?,
+        handingOver: (@Sendable (TransferHandover) -> Void)?
     ) async throws {
         // The request's URL first, then its mirrors in order.
         let sources = [request.url] + request.mirrors
         // One throttle for all the attempts of the download: a retry does not get a new burst.
         let throttle = makeThrottle()
         var current = attempts.source
+        // The failure of the last attempt: the cause a handover names.
+        var lastFailure: CourierError?
         while true {
             if Task.isCancelled { try await pause(writer, logger: logger) }
             if current != attempts.source {
                 // Hands the download over to another source, resuming where this one stopped.
+                let previous = sources[current]
                 current = attempts.source
                 let url = sources[current]
                 logger.debug("handing over to another URL", metadata: ["url": "\(url.absoluteString)"])
+                if let lastFailure {
+                    handingOver?(TransferHandover(id: request.id, from: previous, to: url, error: lastFailure))
+                }
                 try await writer.perform { try writer.switchSource(to: url) }
             }
             let (offset, journal) = try await writer.perform { (writer.writtenOffset, writer.journal) }
@@ -448,6 +460,7 @@ public final class TransferEngine: Sendable {
                 let restarted = fresh
                 try await writer.perform { try writer.restart(with: restarted) }
             case .handOver(_, let error):
+                lastFailure = error
                 logger.debug("source failed: handing over", metadata: ["error": "\(error)"])
                 try? await writer.perform { try writer.checkpoint() }
             case .fallBack:
@@ -464,6 +477,7 @@ public final class TransferEngine: Sendable {
                 logger.debug("download failed", metadata: ["error": "\(error)"])
                 throw error
             case .retry(let retry, let maxRetries, _, let delay, let error):
+                lastFailure = error
                 try? await writer.perform { try writer.checkpoint() }
                 logger.debug("retrying", metadata: ["error": "\(error)", "delay": "\(delay)", "retry": "\(retry)"])
                 let scheduled = TransferRetry(id: request.id, retry: retry, maxRetries: maxRetries ?? 0, delay: delay, error: error)
@@ -656,6 +670,22 @@ public final class TransferEngine: Sendable {
             fsync(folder)
             close(folder)
         }
+    }
+}
+
+/// A switch of `TransferEngine.download` to another URL of the request (its URL or a mirror):
+/// `from` failed with `error`, and the download continues from `to`, resuming where it stopped.
+public struct TransferHandover: Sendable {
+    public var id: String
+    public var from: URL
+    public var to: URL
+    public var error: CourierError
+
+    public init(id: String, from: URL, to: URL, error: CourierError) {
+        self.id = id
+        self.from = from
+        self.to = to
+        self.error = error
     }
 }
 

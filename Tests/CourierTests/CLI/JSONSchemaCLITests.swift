@@ -10,7 +10,7 @@ struct JSONSchemaCLITests {
     /// The fields each event must have (docs/json.md, "Events").
     static let required: [String: Set<String>] = [
         "result": [], "error": ["code", "message", "exitCode"], "retry": ["retry", "maxRetries", "delay", "code", "message"],
-        "saved": ["file", "length", "sha256"], "refused": ["line", "url", "code", "message"],
+        "saved": ["file", "length", "sha256"], "refused": ["url", "code", "message"], "mirror": ["from", "to", "code", "message"],
         "progress": ["bytesReceived", "rate"], "waitingForOwner": ["owners", "downloads"],
         "download": ["downloadId", "transactionId", "state", "bytesReceived", "contentLength", "rate"], "status": ["entries"],
         "update": ["downloadId", "contentIdentifier", "fromVersion", "toVersion", "contentLength", "url"],

@@ -35,6 +35,25 @@ struct MirrorCLITests {
         #expect(origin.requests.count == 1)
         let lines = mirror.accessLog(atLeast: 1)
         #expect(lines.count == 1 && lines[0].contains("\" 206 \(content.count - 1_000_000) "), "\(lines)")
+        // The switch is said (the failed URL, its cause, the next URL) and the result names the
+        // URL that served the file.
+        let switched = try #require(result.events.first { $0["event"] as? String == "mirror" }, "\(result.stdout)")
+        #expect(switched["from"] as? String == origin.url().absoluteString)
+        #expect(switched["to"] as? String == mirror.url("pack.zip").absoluteString)
+        #expect(switched["code"] as? String == "network")
+        #expect(result.events.last?["url"] as? String == mirror.url("pack.zip").absoluteString)
+
+        try FileManager.default.removeItem(at: file)
+        let plain = try CourierBinary.run([
+            "get", origin.url().absoluteString, "--mirror", mirror.url("pack.zip").absoluteString, "-o", file.path,
+            "--sha256", QueueFixtures.sha256(content), "--config", config.path,
+        ])
+        #expect(plain.status == 0, "\(plain.stderr)")
+        let line = try #require(plain.stderr.split(separator: "\n").first { $0.contains("switching to") }, "\(plain.stderr)")
+        #expect(line.hasPrefix("courier: pack.zip: ") && line.contains(origin.url().absoluteString), "\(line)")
+        #expect(line.contains("curl"), "the cause is named: \(line)")
+        #expect(line.hasSuffix("switching to \(mirror.url("pack.zip").absoluteString)"), "\(line)")
+        #expect(plain.stdout.contains("saved \(file.path) from \(mirror.url("pack.zip").absoluteString) ("), "\(plain.stdout)")
 
         let refused = try CourierBinary.run(["get", origin.url().absoluteString, "--mirror", "ftp://elsewhere/pack.zip", "-o", file.path])
         #expect(refused.status == 2, "\(refused.stderr)")
