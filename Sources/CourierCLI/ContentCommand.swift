@@ -161,7 +161,7 @@ struct ContentOpenCommand: AsyncParsableCommand {
             }
             if output.json {
                 output.emit([
-                    "event": "opened", "contentIdentifier": content.contentIdentifier, "contentPath": content.path,
+                    "event": "result", "contentIdentifier": content.contentIdentifier, "contentPath": content.path,
                     "delivery": content.delivery.rawValue, "preservation": content.preservation.rawValue,
                     "pin": hold ? "held" : "open", "fetched": fetched,
                 ])
@@ -198,7 +198,7 @@ struct ContentCloseCommand: AsyncParsableCommand {
             defer { client.shutdown() }
             let closed = try client.closeContent(productID: product)
             if output.json {
-                output.emit(["event": "closed", "contentIdentifier": product, "wasPinned": closed])
+                output.emit(["event": "result", "contentIdentifier": product, "wasPinned": closed])
             } else {
                 output.done(closed ? "closed \(product)" : "\(product) was not pinned by content open")
             }

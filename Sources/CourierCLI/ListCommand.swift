@@ -67,6 +67,10 @@ struct QueueListing: Encodable {
         var source: String?
         /// The catalog's mirrors of the package, tried in order after its URL.
         var mirrors: [String]?
+        /// The content's delivery class (`essential`, `prefetch`, `onDemand`).
+        var delivery: String?
+        /// The content's purge order once placed (`low`, `normal`, `high`).
+        var preservation: String?
 
         struct ErrorLine: Encodable {
             var code: String
@@ -106,6 +110,8 @@ struct QueueListing: Encodable {
             updateFrom = d.updateFrom
             source = d.source?.absoluteString
             mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
+            delivery = d.delivery.rawValue
+            preservation = d.preservation.rawValue
         }
     }
 
@@ -142,6 +148,7 @@ enum QueueFormat {
         if d.state == .paused, let reason = d.pauseReason, reason != .user { state += " (\(reason.rawValue))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         if let from = d.updateFrom, d.state != .finished { state += " (update \(from) -> \(d.version))" }
+        if d.delivery != .essential { state += " (\(d.delivery.rawValue))" }
         let active = d.state == .active
         let error = errorText(d)
         var owner = "-"

@@ -48,7 +48,7 @@ struct WaitCommand: AsyncParsableCommand {
                 }
                 if progress.isComplete {
                     if output.json {
-                        output.emit(["event": "essentialPlaced", "pending": [String]()])
+                        output.emit(["event": "result", "essentialPlaced": true])
                     } else {
                         output.done("Every essential content is placed.")
                     }

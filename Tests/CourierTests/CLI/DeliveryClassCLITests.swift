@@ -94,6 +94,10 @@ struct DeliveryClassCLITests {
         // Placed: a lookup, the same path again.
         let again = try shop.courier(["content", "open", Self.soundtrack])
         #expect(again.status == 0 && again.stdout.hasSuffix(path + "\n"))
+        let json = try shop.courier(["content", "open", Self.soundtrack, "--json"])
+        let result = try #require(json.events.last)
+        #expect(result["event"] as? String == "result" && result["contentPath"] as? String == path)
+        #expect(result["fetched"] as? Bool == false && result["pin"] as? String == "open" && result["delivery"] as? String == "onDemand")
         let closed = try shop.courier(["content", "close", Self.soundtrack])
         #expect(closed.status == 0)
         let (placer, _) = try Self.placer(shop)
