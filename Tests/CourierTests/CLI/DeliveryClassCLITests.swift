@@ -158,6 +158,37 @@ struct DeliveryClassCLITests {
         #expect(try placer.pins.state(Self.soundtrack).open)
     }
 
+    @Test("the library call: openContent fetches on-demand content and holds a pin until released")
+    func libraryOpen() async throws {
+        let shop = try Shop(products: [Self.levels, Self.soundtrack])
+        defer { shop.directory.remove() }
+        let catalog = try Self.catalog(shop) { product, content in
+            if product == Self.soundtrack { content.delivery = .onDemand }
+        }
+        #expect(try shop.deliver([], catalog: catalog).status == 0)
+        var configuration = try CourierConfiguration.decode(Data("{}".utf8))
+        configuration.catalog = catalog
+        let client = try CourierClient(configuration: configuration, layout: StorageLayout(root: shop.storage), logger: Logger(label: "test"))
+        defer { client.shutdown() }
+        let opened = try await client.openContent(productID: Self.soundtrack)
+        #expect(opened.fetched && opened.content.delivery == .onDemand)
+        #expect(opened.content.path == shop.storage.appendingPathComponent("Caches/\(Self.soundtrack)").path)
+        let (placer, probe) = try Self.placer(shop)
+        #expect(try placer.pins.state(Self.soundtrack) == ContentPins.State(open: false, holders: 1))
+        // Only the pinned soundtrack is cache content: nothing can be purged while it is held.
+        #expect(throws: CourierError.self) { try Self.squeeze(placer, probe) }
+        let again = try await client.openContent(productID: Self.soundtrack)
+        let holders = try placer.pins.state(Self.soundtrack).holders
+        #expect(!again.fetched && holders == 2)
+        opened.pin?.release()
+        again.pin?.release()
+        #expect(try placer.pins.state(Self.soundtrack).holders == 0)
+        try Self.squeeze(placer, probe)
+        #expect(!shop.placed(Self.soundtrack, "Caches"))
+        // Not in the store and not entitled: notEntitled.
+        await #expect(throws: CourierError.self) { _ = try await client.openContent(productID: "com.example.unknown") }
+    }
+
     @Test("wait --essential: exit 7 on timeout while essential content waits, 0 with none")
     func waitEssential() throws {
         let directory = try TemporaryDirectory()
