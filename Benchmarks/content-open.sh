@@ -60,10 +60,11 @@ $OPEN > /dev/null
 [ -d "$WORK/store/Caches/com.example.ondemand" ] || { echo "content open placed nothing" >&2; exit 1; }
 
 hyperfine --style basic --runs "$RUNS" --export-json "$WORK/open.json" \
-  -n "content open (placed: a lookup)" "$OPEN" \
-  -n "content open (not placed: fetched)" --prepare "$BIN content delete com.example.ondemand --storage $WORK/store -q" "$OPEN" \
-  -n "deliver (fresh store)" --prepare "rm -rf $WORK/fresh" \
-  "$BIN ${DELIVER[*]} --catalog $BASE/catalog-essential.json --storage $WORK/fresh -q"
+  --prepare "true" \
+  --prepare "$BIN content delete com.example.ondemand --storage $WORK/store -q" \
+  --prepare "rm -rf $WORK/fresh" \
+  -n "content open (placed: a lookup)" -n "content open (not placed: fetched)" -n "deliver (fresh store)" \
+  "$OPEN" "$OPEN" "$BIN ${DELIVER[*]} --catalog $BASE/catalog-essential.json --storage $WORK/fresh -q"
 placed=$(mean_of "$WORK/open.json" 0)
 fetched=$(mean_of "$WORK/open.json" 1)
 deliver=$(mean_of "$WORK/open.json" 2)

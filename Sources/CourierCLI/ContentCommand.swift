@@ -135,28 +135,36 @@ struct ContentOpenCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            let client = try global.client(existingStore: true, output: output)
-            defer { client.shutdown() }
-            let (held, pinnedNow) = try client.pinContent(product, hold ? .held : .untilClosed)
-            let content: DeliveredContent
+            // Pinned first (a purge from now on keeps it); placed content is then a lookup in the
+            // store: no transfer engine, no catalog, no network.
+            let placer = try global.contentPlacer(existingStore: true, recover: false)
+            let held = hold ? try placer.pins.hold(product) : nil
+            let pinnedNow = hold ? false : try placer.pins.pin(product)
+            var content: DeliveredContent
             var fetched = false
             do {
-                switch try await client.contentRequest(productID: product, catalog: catalog) {
-                case .placed(let placed):
+                if let placed = try placer.content(product) {
                     content = placed
-                case .download(let download):
-                    fetched = true
-                    let (summary, _, interrupted) = try await client.runInForeground(
-                        scope: .downloads([download.id]), output: output, retryStopped: false)
-                    if let error = summary.endError(interrupted: interrupted, checkpointed: "downloads") { throw error }
-                    guard let placed = try global.contentPlacer(existingStore: true, recover: false).content(product) else {
-                        throw CourierError(.internal, "\(product) was delivered but is not in place")
+                } else {
+                    let client = try global.client(existingStore: true, output: output)
+                    defer { client.shutdown() }
+                    switch try await client.contentRequest(productID: product, catalog: catalog) {
+                    case .placed(let placed):
+                        content = placed
+                    case .download(let download):
+                        fetched = true
+                        let (summary, _, interrupted) = try await client.runInForeground(
+                            scope: .downloads([download.id]), output: output, retryStopped: false)
+                        if let error = summary.endError(interrupted: interrupted, checkpointed: "downloads") { throw error }
+                        guard let placed = try placer.content(product) else {
+                            throw CourierError(.internal, "\(product) was delivered but is not in place")
+                        }
+                        content = placed
                     }
-                    content = placed
                 }
             } catch {
                 held?.release()
-                if pinnedNow { _ = try? client.closeContent(productID: product) }
+                if pinnedNow { _ = try? placer.pins.unpin(product) }
                 throw error
             }
             if output.json {
