@@ -2,13 +2,17 @@ import ArgumentParser
 import Courier
 import Foundation
 
-/// `courier content list | path | delete | verify`: StoreKit's contentURL and deleteContent, and
-/// a check (and repair) of placed files, like Steam's "verify integrity of files".
+/// `courier content list | path | open | close | delete | verify`: StoreKit's contentURL and
+/// deleteContent, On-Demand Resources' begin/endAccessingResources (open, close: pins), and a
+/// check (and repair) of placed files, like Steam's "verify integrity of files".
 struct ContentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "content",
-        abstract: "Where delivered content is; remove it; check and repair it.",
-        subcommands: [ContentListCommand.self, ContentPathCommand.self, ContentDeleteCommand.self, ContentVerifyCommand.self]
+        abstract: "Where delivered content is; open (fetch and pin) and close it; remove it; check and repair it.",
+        subcommands: [
+            ContentListCommand.self, ContentPathCommand.self, ContentOpenCommand.self, ContentCloseCommand.self,
+            ContentDeleteCommand.self, ContentVerifyCommand.self,
+        ]
     )
 }
 
@@ -23,20 +27,36 @@ struct ContentListCommand: AsyncParsableCommand {
             let placer = try global.contentPlacer(existingStore: true, recover: true)
             let contents = try placer.list()
             let support = placer.backupExclusionSupport
+            let pins = try contents.map { try placer.pins.state($0.contentIdentifier) }
             if out.json {
+                /// A delivered content with its pin (docs/json.md).
+                struct Entry: Encodable {
+                    var content: DeliveredContent
+                    var pin: ContentPins.State
+                    enum Keys: String, CodingKey { case pin }
+                    func encode(to encoder: any Encoder) throws {
+                        try content.encode(to: encoder)
+                        var container = encoder.container(keyedBy: Keys.self)
+                        try container.encode(pin, forKey: .pin)
+                    }
+                }
                 struct Listing: Encodable {
-                    var content: [DeliveredContent]
+                    var content: [Entry]
                     var backupExclusion: BackupExclusion.Support
                 }
-                out.emit(document: Listing(content: contents, backupExclusion: support))
+                let entries = zip(contents, pins).map { Entry(content: $0, pin: $1) }
+                out.emit(document: Listing(content: entries, backupExclusion: support))
                 return
             }
             if contents.isEmpty {
                 out.line("No delivered content.")
             } else {
-                var table = [["CONTENT", "VERSION", "PLACEMENT", "SIZE", "PATH"]]
-                for item in contents {
-                    table.append([item.contentIdentifier, item.version, item.placement.rawValue, QueueFormat.bytes(item.size), item.path])
+                var table = [["CONTENT", "VERSION", "PLACEMENT", "CLASS", "PRESERVE", "PIN", "SIZE", "PATH"]]
+                for (item, pin) in zip(contents, pins) {
+                    table.append([
+                        item.contentIdentifier, item.version, item.placement.rawValue, item.delivery.rawValue,
+                        item.preservation.rawValue, pin.label, QueueFormat.bytes(item.size), item.path,
+                    ])
                 }
                 for line in QueueFormat.align(table) { out.line(line) }
             }
@@ -79,6 +99,115 @@ struct ContentPathCommand: AsyncParsableCommand {
                 out.emit(document: Items(content: items))
             } else {
                 for item in items { out.line(item.path) }
+            }
+        }
+    }
+}
+
+/// `courier content open PRODUCT [--hold]`: On-Demand Resources' `beginAccessingResources`.
+struct ContentOpenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "open",
+        abstract: "Pin content and print its folder, fetching it first if it is not placed (on-demand or purged).",
+        discussion: """
+            Placed content is a lookup: no network. Content that is not placed (on-demand content \
+            never fetched, content purged for space or deleted) is fetched for the stored purchase \
+            that entitles it in the catalog (--catalog, else the configured one), through the \
+            verified download and install of `deliver`, with its progress; then its folder is \
+            printed and the command exits 0. Pinned content is never purged for space. Without \
+            --hold the pin lasts until `courier content close PRODUCT` (or `content delete`). With \
+            --hold the pin is a lock this process holds: the folder is printed, then the command \
+            waits until SIGINT or SIGTERM and exits 0; if it is \
+            killed, the kernel drops the lock and the pin is gone. Exit 3 when no stored purchase \
+            entitles the content.
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The product (or content) identifier: PRODUCT, or PRODUCT.ITEM for a subscription item.")
+    var product: String
+
+    @Option(help: ArgumentHelp("The catalog to look the content up in when it must be fetched (a file or URL).", valueName: "file|url"))
+    var catalog: String?
+
+    @Flag(name: .long, help: "Pin only while this process runs (until SIGINT or SIGTERM), not until `content close`.")
+    var hold = false
+
+    func run() async throws {
+        try await global.run { output in
+            // Pinned first (a purge from now on keeps it); placed content is then a lookup in the
+            // store: no transfer engine, no catalog, no network.
+            let placer = try global.contentPlacer(existingStore: true, recover: false)
+            let held = hold ? try placer.pins.hold(product) : nil
+            let pinnedNow = hold ? false : try placer.pins.pin(product)
+            var content: DeliveredContent
+            var fetched = false
+            do {
+                if let placed = try placer.content(product) {
+                    content = placed
+                } else {
+                    let client = try global.client(existingStore: true, output: output)
+                    defer { client.shutdown() }
+                    switch try await client.contentRequest(productID: product, catalog: catalog) {
+                    case .placed(let placed):
+                        content = placed
+                    case .download(let download):
+                        fetched = true
+                        let (summary, _, interrupted) = try await client.runInForeground(
+                            scope: .downloads([download.id]), output: output, retryStopped: false)
+                        if let error = summary.endError(interrupted: interrupted, checkpointed: "downloads") { throw error }
+                        guard let placed = try placer.content(product) else {
+                            throw CourierError(.internal, "\(product) was delivered but is not in place")
+                        }
+                        content = placed
+                    }
+                }
+            } catch {
+                held?.release()
+                if pinnedNow { _ = try? placer.pins.unpin(product) }
+                throw error
+            }
+            if output.json {
+                output.emit(
+                    ContentOpenResult(
+                        contentIdentifier: content.contentIdentifier, contentPath: content.path, delivery: content.delivery.rawValue,
+                        preservation: content.preservation.rawValue, pin: hold ? "held" : "open", fetched: fetched))
+            } else {
+                output.line(content.path)
+            }
+            if let held {
+                // Until SIGINT or SIGTERM (which cancel the sleep); a kill drops the lock anyway.
+                _ = try? await withSignalCancellation {
+                    while !Task.isCancelled { try? await Task.sleep(nanoseconds: 3_600_000_000_000) }
+                }
+                held.release()
+            }
+        }
+    }
+}
+
+/// `courier content close PRODUCT`: On-Demand Resources' `endAccessingResources`.
+struct ContentCloseCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "close",
+        abstract: "End the pin `content open` left on content (it may be purged for space again).",
+        discussion: "Pins held by a running `content open --hold` (or a library call) end with their process, not here. Exit 0 also when there was no pin."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The product (or content) identifier.")
+    var product: String
+
+    func run() async throws {
+        try await global.run { output in
+            let client = try global.client(existingStore: true)
+            defer { client.shutdown() }
+            let closed = try client.closeContent(productID: product)
+            if output.json {
+                output.emit(ContentCloseResult(contentIdentifier: product, wasPinned: closed))
+            } else {
+                output.done(closed ? "closed \(product)" : "\(product) was not pinned by content open")
             }
         }
     }

@@ -35,6 +35,7 @@ struct CourierCommand: AsyncParsableCommand {
             CancelCommand.self,
             DiscardCommand.self,
             ContentCommand.self,
+            WaitCommand.self,
             PackageCommand.self,
             ReceiptCommand.self,
             SandboxCommand.self,

@@ -178,6 +178,42 @@ struct GetRefusedEvent: JSONEvent {
     var message: String
 }
 
+/// `content open`: the content placed and pinned.
+struct ContentOpenResult: JSONEvent {
+    static let event = "result"
+    static let from = "content open"
+    var contentIdentifier: String
+    var contentPath: String
+    var delivery: String
+    var preservation: String
+    /// `open` (until `content close`) or `held` (while the `--hold` process lives).
+    var pin: String
+    /// False: it was placed already (a lookup).
+    var fetched: Bool
+}
+
+/// `content close`: the pin `content open` left ended.
+struct ContentCloseResult: JSONEvent {
+    static let event = "result"
+    static let from = "content close"
+    var contentIdentifier: String
+    var wasPinned: Bool
+}
+
+/// `wait --essential`: every essential content placed.
+struct WaitEssentialResult: JSONEvent {
+    static let event = "result"
+    static let from = "wait --essential"
+    var essentialPlaced: Bool
+}
+
+/// `wait --essential`: the essential content not placed yet, when that list changes.
+struct WaitingEvent: JSONEvent {
+    static let event = "waiting"
+    static let from = "wait --essential"
+    var pending: [String]
+}
+
 /// `get --mirror`: the download switches to another URL.
 struct GetMirrorEvent: JSONEvent {
     static let event = "mirror"
@@ -708,6 +744,11 @@ enum JSONSchema {
             GetListResult(saved: 1, directory: "/tmp"),
             GetFailedEvent(file: "/tmp/a.bin", code: "network", message: "m"),
             GetRefusedEvent(line: 2, argument: 3, url: "x", code: "usage", message: "m"),
+            ContentOpenResult(
+                contentIdentifier: "p", contentPath: "/c", delivery: "onDemand", preservation: "normal", pin: "open", fetched: true),
+            ContentCloseResult(contentIdentifier: "p", wasPinned: true),
+            WaitEssentialResult(essentialPlaced: true),
+            WaitingEvent(pending: ["p"]),
             GetMirrorEvent(
                 file: "/tmp/a.bin", failedURL: "http://127.0.0.1:1/a.bin", nextURL: "http://127.0.0.1:2/a.bin", code: "network",
                 message: "m", cause: "HTTP 503"),

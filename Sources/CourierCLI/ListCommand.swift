@@ -67,6 +67,10 @@ struct QueueListing: Encodable {
         var source: String?
         /// The catalog's mirrors of the package, tried in order after its URL.
         var mirrors: [String]?
+        /// The content's delivery class (`essential`, `prefetch`, `onDemand`).
+        var delivery: String?
+        /// The content's purge order once placed (`low`, `normal`, `high`).
+        var preservation: String?
 
         struct ErrorLine: Encodable, Sendable {
             var code: String
@@ -108,6 +112,8 @@ extension QueueListing.Line {
         updateFrom = d.updateFrom
         source = d.source?.absoluteString
         mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
+        delivery = d.delivery.rawValue
+        preservation = d.preservation.rawValue
     }
 
     /// A sample with every field set (JSONSchema.allExamples).
@@ -116,7 +122,8 @@ extension QueueListing.Line {
             transactionId: "t1", productId: "p", transactionState: "purchased", revoked: true, downloadId: "d1", contentIdentifier: "p",
             state: "active", pauseReason: "user", progress: 0.5, bytesReceived: 1, contentLength: 2, contentVersion: "2",
             placement: "applicationSupport", rate: 1, timeRemaining: 1, error: ErrorLine(code: "network", message: "m"),
-            contentPath: "/c", owner: owner, stalled: "network", updateFrom: "1", source: "http://x", mirrors: ["http://y"])
+            contentPath: "/c", owner: owner, stalled: "network", updateFrom: "1", source: "http://x", mirrors: ["http://y"],
+            delivery: "prefetch", preservation: "low")
     }
 }
 
@@ -148,6 +155,7 @@ enum QueueFormat {
         if d.state == .paused, let reason = d.pauseReason, reason != .user { state += " (\(reason.rawValue))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         if let from = d.updateFrom, d.state != .finished { state += " (update \(from) -> \(d.version))" }
+        if d.delivery != .essential { state += " (\(d.delivery.rawValue))" }
         let active = d.state == .active
         let error = errorText(d)
         var owner = "-"

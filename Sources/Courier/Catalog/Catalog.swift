@@ -92,11 +92,23 @@ public struct Catalog: Sendable, Codable, Equatable {
         /// The package's per-entry manifest (`PackageManifest`), when the publisher gives one: an
         /// update then fetches only the entries that changed. Optional: old catalogs lack it.
         public var manifest: Manifest?
+        /// When the content is fetched (`essential`, `prefetch`, `onDemand`); nil (absent) is
+        /// `essential`, so old catalogs keep working (docs/delivery-classes.md).
+        public var delivery: DeliveryClass?
+        /// Its purge order under space pressure (`low`, `normal`, `high`); nil (absent) is `normal`.
+        public var preservation: Preservation?
+
+        /// `delivery`, `essential` when the catalog does not say.
+        public var deliveryClass: DeliveryClass { delivery ?? .essential }
+        /// `preservation`, `normal` when the catalog does not say.
+        public var preservationPriority: Preservation { preservation ?? .normal }
 
         public init(
             url: String, sha256: String, length: Int64, version: String, placement: Placement, unpackedLength: Int64? = nil,
-            mirrors: [String]? = nil, manifest: Manifest? = nil
+            mirrors: [String]? = nil, manifest: Manifest? = nil, delivery: DeliveryClass? = nil, preservation: Preservation? = nil
         ) {
+            self.delivery = delivery
+            self.preservation = preservation
             self.url = url
             self.sha256 = sha256
             self.length = length
@@ -105,6 +117,20 @@ public struct Catalog: Sendable, Codable, Equatable {
             self.unpackedLength = unpackedLength
             self.mirrors = mirrors
             self.manifest = manifest
+        }
+
+        /// An optional keyword of `type` under `key`: a value outside its cases is an error naming
+        /// the key and the values it takes (a typo must not silently become the default).
+        static func decodeKeyword<Keyword: RawRepresentable & CaseIterable, Key: CodingKey>(
+            _ type: Keyword.Type, _ key: Key, in c: KeyedDecodingContainer<Key>
+        ) throws -> Keyword? where Keyword.RawValue == String {
+            guard let text = try c.decodeIfPresent(String.self, forKey: key) else { return nil }
+            guard let value = Keyword(rawValue: text) else {
+                let allowed = Keyword.allCases.map(\.rawValue).joined(separator: ", ")
+                throw DecodingError.dataCorruptedError(
+                    forKey: key, in: c, debugDescription: "\(key.stringValue) \(text.debugDescription) is not one of \(allowed)")
+            }
+            return value
         }
 
         /// Whether `text` may be a mirror: an absolute http or https URL with a host, at most 4096 bytes.
@@ -129,6 +155,8 @@ public struct Catalog: Sendable, Codable, Equatable {
             unpackedLength = try c.decodeIfPresent(Int64.self, forKey: .unpackedLength)
             mirrors = try c.decodeIfPresent([String].self, forKey: .mirrors)
             manifest = try c.decodeIfPresent(Manifest.self, forKey: .manifest)
+            delivery = try Self.decodeKeyword(DeliveryClass.self, CodingKeys.delivery, in: c)
+            preservation = try Self.decodeKeyword(Preservation.self, CodingKeys.preservation, in: c)
             for mirror in mirrors ?? [] where !Self.isMirrorURL(mirror) {
                 throw DecodingError.dataCorruptedError(
                     forKey: .mirrors, in: c, debugDescription: "mirror \(mirror.debugDescription) is not an absolute http(s) URL")
@@ -140,6 +168,30 @@ public struct Catalog: Sendable, Codable, Equatable {
                     debugDescription: "\(key.stringValue) \(value) is not between 0 and \(Self.maxLength)")
             }
         }
+    }
+
+    /// When a content is fetched (docs/delivery-classes.md): `essential` holds its transaction's
+    /// finish (what every content was before), `prefetch` follows in the background once the
+    /// essential content is placed, `onDemand` only when asked (`courier content open`).
+    public enum DeliveryClass: String, Sendable, Codable, Hashable, CaseIterable {
+        case essential, prefetch, onDemand
+    }
+
+    /// The order cache content is purged in under space pressure: `low` first, then `normal`,
+    /// then `high`, least recently used first within each (pinned content never).
+    public enum Preservation: String, Sendable, Codable, Hashable, CaseIterable, Comparable {
+        case low, normal, high
+
+        /// Its place in the purge order (low first).
+        public var rank: Int {
+            switch self {
+            case .low: return 0
+            case .normal: return 1
+            case .high: return 2
+            }
+        }
+
+        public static func < (lhs: Preservation, rhs: Preservation) -> Bool { lhs.rank < rhs.rank }
     }
 
     /// Where a package's manifest is and what it must be: `{ "url", "sha256", "length" }`, the

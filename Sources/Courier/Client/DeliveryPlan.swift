@@ -45,7 +45,12 @@ extension CourierClient {
     /// Validates and queues `purchase` (`enqueue`), then decides what a foreground delivery of
     /// it does (`DeliveryPlan`). Throws what `enqueue` throws.
     public func planDelivery(_ purchase: Purchase) async throws -> DeliveryPlan {
-        try DeliveryPlan(try await enqueue(purchase), withoutDownloads: queue.withoutDownloads)
+        var plan = try DeliveryPlan(try await enqueue(purchase), withoutDownloads: queue.withoutDownloads)
+        // Finished purchases whose prefetch content an earlier run left unfinished: continued.
+        if case .alreadyDelivered = plan.action, try !queue.unfinishedDownloads(scope: plan.scope).isEmpty {
+            plan.action = .deliver(contentless: [])
+        }
+        return plan
     }
 }
 

@@ -540,16 +540,29 @@ public final class ContentPlacer: Sendable {
         }
     }
 
-    /// Removes delivered content: its folder disappears in one rename, then its record.
+    /// Removes delivered content: its folder disappears in one rename, then its record. A user's
+    /// delete leaves it gone (and drops its `content open` pin); a purge for space (`purged`)
+    /// records it, so the next `deliver` or `content open` brings it back.
     public func delete(_ contentIdentifier: String) throws {
+        try delete(contentIdentifier, purged: false)
+    }
+
+    private func delete(_ contentIdentifier: String, purged: Bool) throws {
         try Self.checkIdentifier(contentIdentifier)
         guard let delivered = try record(contentIdentifier) else {
             throw CourierError(.notFound, "no delivered content \(contentIdentifier.debugDescription)")
         }
         try discard(contentURL(contentIdentifier, placement: delivered.placement), placement: delivered.placement)
+        let now = Date()
         try write { db in
             _ = try DeliveredContent.deleteOne(db, key: contentIdentifier)
             _ = try InstalledFile.filter(Column("contentIdentifier") == contentIdentifier).deleteAll(db)
+            if purged {
+                try ContentRows.recordPurge(db, contentIdentifier: contentIdentifier, productId: delivered.productId, at: now)
+            } else {
+                try ContentRows.forgetPurge(db, contentIdentifier: contentIdentifier)
+                try ContentPins.removeRecord(db, contentIdentifier: contentIdentifier)
+            }
         }
     }
 
@@ -566,7 +579,8 @@ public final class ContentPlacer: Sendable {
     // MARK: Space
 
     /// Makes room for `bytes` (+ reserve) on the filesystem of `layout.root`: purges cache-placed
-    /// content LRU-first when allowed, never Documents, never identifiers in `inUse`; else throws
+    /// content when allowed in `PurgeOrder` (low preservation first, least recently used within
+    /// each), never Documents, never pinned content, never identifiers in `inUse`; else throws
     /// CourierError(.insufficientSpace) before anything is written.
     public func ensureSpace(bytes: Int64, inUse: Set<String>) throws {
         let (needed, overflow) = max(bytes, 0).addingReportingOverflow(max(placement.diskReserve, 0))
@@ -577,16 +591,21 @@ public final class ContentPlacer: Sendable {
         var available = try freeSpace.available(layout.root)
         if available >= needed { return }
         if placement.purgeCaches {
-            let candidates = try store.pool.read { db in
-                try DeliveredContent.filter(Column("placement") == Catalog.Placement.cache.rawValue)
-                    .order(Column("lastUsedAt"), Column("contentIdentifier")).fetchAll(db)
+            let cached = try store.pool.read { db in
+                try DeliveredContent.filter(Column("placement") == Catalog.Placement.cache.rawValue).fetchAll(db)
             }
-            for candidate in candidates where !inUse.contains(candidate.contentIdentifier) {
+            let pinned = try pins.pinned()
+            for candidate in PurgeOrder.candidates(cached, pinned: pinned, inUse: inUse) {
                 logger.debug(
                     "purging cached content to make room",
-                    metadata: ["content-id": "\(candidate.contentIdentifier)", "size": "\(candidate.size)"]
+                    metadata: [
+                        "content-id": "\(candidate.contentIdentifier)", "size": "\(candidate.size)",
+                        "preservation": "\(candidate.preservation.rawValue)",
+                    ]
                 )
-                try delete(candidate.contentIdentifier)
+                // Pinned since the list was read (a `content open` racing the purge): kept.
+                guard try !pins.isPinned(candidate.contentIdentifier) else { continue }
+                try delete(candidate.contentIdentifier, purged: true)
                 available = try freeSpace.available(layout.root)
                 if available >= needed { return }
             }
@@ -597,6 +616,9 @@ public final class ContentPlacer: Sendable {
         if !placement.purgeCaches, let hint = shortage.hint { shortage.hint = hint + " (or allow purging caches: placement.purgeCaches)" }
         throw shortage
     }
+
+    /// The pins on this store's content (`content open`, `CourierClient.openContent`).
+    public var pins: ContentPins { ContentPins(layout: layout, store: store) }
 
     /// What the filesystem of Documents supports to exclude content from backups (marks the
     /// Documents folder itself, which tools honouring nodump skip as a whole).
@@ -648,6 +670,7 @@ public struct PlacementRecord: Sendable {
 
     func record(_ db: Database) throws {
         try ContentRows.upsert(db, delivered)  // one INSERT ... ON CONFLICT DO UPDATE, not an UPDATE then an INSERT
+        try ContentRows.forgetPurge(db, contentIdentifier: delivered.contentIdentifier)
         try ContentRows.deleteInstallation(db, id: installId)
         if endingAttempt { try ContentRows.deleteAttempt(db, contentIdentifier: delivered.contentIdentifier, lockId: installId) }
         try ContentRows.deleteFiles(db, contentIdentifier: delivered.contentIdentifier, otherThan: installId)

@@ -89,5 +89,29 @@ enum ContentSchema {
                 )
             }
         ),
+        (
+            // Delivery classes (issue 32, docs/delivery-classes.md): the class and preservation of
+            // placed content (rows from before: essential, normal), the pins `content open` leaves
+            // until `content close` (process-bound pins are lock files, `ContentPins`), and the
+            // content purged for space, which `deliver` and `content open` bring back.
+            "content.v4-classes",
+            { db in
+                try db.execute(
+                    sql: """
+                        ALTER TABLE delivered_content ADD COLUMN delivery TEXT NOT NULL DEFAULT 'essential';
+                        ALTER TABLE delivered_content ADD COLUMN preservation TEXT NOT NULL DEFAULT 'normal';
+                        CREATE TABLE content_pin (
+                            contentIdentifier TEXT PRIMARY KEY NOT NULL,
+                            pinnedAt DATETIME NOT NULL
+                        );
+                        CREATE TABLE content_purged (
+                            contentIdentifier TEXT PRIMARY KEY NOT NULL,
+                            productId TEXT NOT NULL,
+                            purgedAt DATETIME NOT NULL
+                        );
+                        """
+                )
+            }
+        ),
     ]
 }

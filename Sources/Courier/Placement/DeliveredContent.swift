@@ -23,11 +23,19 @@ public struct DeliveredContent: Sendable, Codable, Equatable {
     public var installedAt: Date
     /// Updated by `ContentPlacer.content(_:)`; the least recently used cache content is purged first.
     public var lastUsedAt: Date
+    /// The catalog's delivery class of the download that placed it (`essential` for content
+    /// placed before classes, or by `package install`).
+    public var delivery: Catalog.DeliveryClass
+    /// The catalog's purge order: low before normal before high (`PurgeOrder`).
+    public var preservation: Catalog.Preservation
 
     public init(
         contentIdentifier: String, productId: String, version: String, placement: Catalog.Placement, path: String,
-        size: Int64, sha256: String, installedAt: Date, lastUsedAt: Date
+        size: Int64, sha256: String, installedAt: Date, lastUsedAt: Date, delivery: Catalog.DeliveryClass = .essential,
+        preservation: Catalog.Preservation = .normal
     ) {
+        self.delivery = delivery
+        self.preservation = preservation
         self.contentIdentifier = contentIdentifier
         self.productId = productId
         self.version = version
@@ -119,7 +127,8 @@ enum ContentRows {
         guard
             let row = try Row.fetchOne(
                 db.cachedStatement(sql: """
-                    SELECT contentIdentifier, productId, version, placement, path, size, sha256, installedAt, lastUsedAt
+                    SELECT contentIdentifier, productId, version, placement, path, size, sha256, installedAt, lastUsedAt,
+                        delivery, preservation
                     FROM delivered_content WHERE contentIdentifier = ?
                     """),
                 arguments: [contentIdentifier])
@@ -128,9 +137,40 @@ enum ContentRows {
         guard let placement = Catalog.Placement(rawValue: placementText) else {
             throw CourierError(.internal, "delivered content \(contentIdentifier) has an unknown placement \(placementText)")
         }
+        let delivery: String = row[9]
+        let preservation: String = row[10]
         return DeliveredContent(
             contentIdentifier: row[0], productId: row[1], version: row[2], placement: placement, path: row[4],
-            size: row[5], sha256: row[6], installedAt: row[7], lastUsedAt: row[8])
+            size: row[5], sha256: row[6], installedAt: row[7], lastUsedAt: row[8],
+            delivery: Catalog.DeliveryClass(rawValue: delivery) ?? .essential,
+            preservation: Catalog.Preservation(rawValue: preservation) ?? .normal)
+    }
+
+    /// Sets the class and preservation of placed content `contentIdentifier` (from the download
+    /// that placed it, in the same database transaction as its record).
+    static func setClass(
+        _ db: Database, contentIdentifier: String, delivery: Catalog.DeliveryClass, preservation: Catalog.Preservation
+    ) throws {
+        try db.cachedStatement(sql: "UPDATE delivered_content SET delivery = ?, preservation = ? WHERE contentIdentifier = ?")
+            .execute(arguments: [delivery.rawValue, preservation.rawValue, contentIdentifier])
+    }
+
+    /// Records that `contentIdentifier` was purged for space (not deleted by a user): a
+    /// `deliver` or `content open` brings it back while it is entitled.
+    static func recordPurge(_ db: Database, contentIdentifier: String, productId: String, at date: Date) throws {
+        try db.cachedStatement(sql: """
+                INSERT INTO content_purged (contentIdentifier, productId, purgedAt) VALUES (?, ?, ?)
+                ON CONFLICT (contentIdentifier) DO UPDATE SET productId = excluded.productId, purgedAt = excluded.purgedAt
+                """).execute(arguments: [contentIdentifier, productId, date])
+    }
+
+    static func forgetPurge(_ db: Database, contentIdentifier: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM content_purged WHERE contentIdentifier = ?").execute(arguments: [contentIdentifier])
+    }
+
+    /// The content purged for space and not placed again since.
+    static func purged(_ db: Database) throws -> Set<String> {
+        Set(try String.fetchAll(db.cachedStatement(sql: "SELECT contentIdentifier FROM content_purged")))
     }
 
     /// Inserts `delivered`, or replaces the row of its content identifier: one statement.

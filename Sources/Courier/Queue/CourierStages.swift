@@ -147,6 +147,6 @@ extension QueuedContent {
                 Catalog.resolve(manifest.url, relativeTo: catalogLocation).map {
                     ManifestReference(url: $0, sha256: manifest.sha256.lowercased(), length: manifest.length)
                 }
-            })
+            }, delivery: entitled.content.deliveryClass, preservation: entitled.content.preservationPriority)
     }
 }

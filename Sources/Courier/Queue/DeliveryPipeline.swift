@@ -138,7 +138,19 @@ public final class DeliveryPipeline: Sendable {
         // Purchases queued by an earlier run follow this run's catalog (its URLs, its packages),
         // and a restore brings back content that was deleted or purged since.
         let stored = Set(records.map(\.id))
-        let reconciled = try queue.reconcile(content.filter { stored.contains($0.transactionId) }, redeliverMissing: restore)
+        let ours = content.filter { stored.contains($0.transactionId) }
+        // Content purged for space comes back while entitled, without a restore (on-demand
+        // content only when asked for: `content open`).
+        let purged = restore ? [] : try queue.purgedContent()
+        let returning = ours.filter { purged.contains($0.contentIdentifier) && $0.delivery != .onDemand }
+        var reconciled = try queue.reconcile(
+            ours.filter { restore || !purged.contains($0.contentIdentifier) }, redeliverMissing: restore)
+        if !returning.isEmpty {
+            let back = try queue.reconcile(returning, redeliverMissing: true)
+            reconciled.relocated += back.relocated
+            reconciled.retargeted += back.retargeted
+            reconciled.redelivered += back.redelivered
+        }
         for download in reconciled.redelivered {
             logger.info(
                 "content gone: delivering it again",

@@ -40,8 +40,13 @@ extension PaymentQueue {
     ///
     /// Active downloads, downloads another live process holds and pending updates to another
     /// package are left alone. Transactions not in the store are ignored (`add` queues them).
+    ///
+    /// On-demand content the store has no download of is added only when `requested` names it
+    /// (`CourierClient.openContent`): a restore does not fetch what nobody asked for.
     @discardableResult
-    public func reconcile(_ content: [QueuedContent], redeliverMissing: Bool) throws -> Reconciliation {
+    public func reconcile(_ content: [QueuedContent], redeliverMissing: Bool, requested: Set<String> = []) throws
+        -> Reconciliation
+    {
         guard !content.isEmpty else { return Reconciliation() }
         // Partial data is dropped inside the database transaction, before the download waits
         // again: a worker can claim it only after the commit, so it never starts writing a
@@ -55,7 +60,9 @@ extension PaymentQueue {
                 else { continue }
                 let id = DownloadRecord.makeId(transactionId: item.transactionId, contentIdentifier: item.contentIdentifier)
                 guard var record = try QueueStore.fetchDownload(db, id: id) else {
-                    guard redeliverMissing, try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
+                    guard redeliverMissing, item.delivery != .onDemand || requested.contains(item.contentIdentifier),
+                        try !self.contentIsPlaced(db, item.contentIdentifier)
+                    else { continue }
                     let download = self.newDownload(of: item, at: now)
                     try QueueStore.insert(db, download: download)
                     result.redelivered.append(download)
@@ -85,6 +92,7 @@ extension PaymentQueue {
                         guard
                             record.url != item.url || record.mirrors != item.mirrors || record.manifest != item.manifest
                                 || record.placement != item.placement || record.unpackedLength != item.unpackedLength
+                                || record.delivery != item.delivery || record.preservation != item.preservation
                         else { continue }
                         // The old origin's validator says nothing about the new one's bytes: the
                         // range is asked for without `If-Range`, and the package's SHA-256 decides.
@@ -99,6 +107,8 @@ extension PaymentQueue {
                         record.manifest = item.manifest
                         record.placement = item.placement
                         record.unpackedLength = item.unpackedLength
+                        record.delivery = item.delivery
+                        record.preservation = item.preservation
                         record.source = nil
                         record.updatedAt = now
                         try QueueStore.retarget(db, download: record)
@@ -163,7 +173,8 @@ extension PaymentQueue {
             let content = QueuedContent(
                 contentIdentifier: record.contentIdentifier, productId: record.productId, transactionId: record.transactionId,
                 url: record.url, sha256: record.sha256, length: record.length, version: record.version, placement: record.placement,
-                unpackedLength: record.unpackedLength, mirrors: record.mirrors, manifest: record.manifest)
+                unpackedLength: record.unpackedLength, mirrors: record.mirrors, manifest: record.manifest,
+                delivery: record.delivery, preservation: record.preservation)
             // Before it waits again (see `reconcile`): no worker can have claimed it yet.
             self.removePartialData(downloadId)
             let waiting = try self.retarget(db, record, to: content, updateFrom: nil, wait: true, now: Date())
@@ -187,6 +198,8 @@ extension PaymentQueue {
         record.unpackedLength = content.unpackedLength
         record.mirrors = content.mirrors
         record.manifest = content.manifest
+        record.delivery = content.delivery
+        record.preservation = content.preservation
         record.updateFrom = updateFrom
         record.source = nil
         record.updatedAt = now
@@ -209,6 +222,12 @@ extension PaymentQueue {
         let folder = (delivered.placement == .cache ? layout.caches : layout.documents)
             .appendingPathComponent(contentIdentifier, isDirectory: true)
         return access(folder.path, F_OK) == 0
+    }
+
+    /// The content purged for space (`ContentPlacer.ensureSpace`) and not placed since: what a
+    /// `deliver` brings back while it is entitled.
+    public func purgedContent() throws -> Set<String> {
+        try read { db in try ContentRows.purged(db) }
     }
 
     /// The delivered content whose folder is gone (removed behind Courier's back: a cache

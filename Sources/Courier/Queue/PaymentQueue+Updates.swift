@@ -40,6 +40,8 @@ extension PaymentQueue {
             record.updateFrom = installedVersion
             record.mirrors = content.mirrors
             record.manifest = content.manifest
+            record.delivery = content.delivery
+            record.preservation = content.preservation
             record.source = nil
             record.updatedAt = now
             try QueueStore.retarget(db, download: record)

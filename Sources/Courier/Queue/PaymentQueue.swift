@@ -108,7 +108,8 @@ public final class PaymentQueue: Sendable {
                 try QueueStore.insert(db, transaction: record)
                 var downloads: [DownloadRecord] = []
                 if actions.contains(.queueDownloads) {
-                    for item in items {
+                    // On-demand content is fetched only when asked (`CourierClient.openContent`).
+                    for item in items where item.delivery != .onDemand {
                         let download = self.newDownload(of: item, at: now)
                         try QueueStore.insert(db, download: download)
                         downloads.append(download)
@@ -222,8 +223,8 @@ public final class PaymentQueue: Sendable {
         try transition(downloadId, .discard, requireLease: true)
     }
 
-    /// Finishes a transaction: refused (`invalidState`) while any of its downloads is waiting,
-    /// active, paused or failed; idempotent once finished. Returns the record and whether this
+    /// Finishes a transaction: refused (`invalidState`) while any of its essential downloads is
+    /// waiting, active, paused or failed (prefetch and on-demand ones do not count); idempotent once finished. Returns the record and whether this
     /// call finished it.
     @discardableResult
     public func finish(_ transactionId: String) throws -> (transaction: TransactionRecord, finishedNow: Bool) {
@@ -232,13 +233,14 @@ public final class PaymentQueue: Sendable {
             guard let record = try QueueStore.fetchTransaction(db, id: transactionId) else {
                 throw CourierError(.notFound, "no transaction \(transactionId)")
             }
-            let downloads = try QueueStore.fetchDownloads(db, transactionId: transactionId)
+            let downloads = try QueueStore.fetchDownloads(db, transactionId: transactionId).filter { $0.delivery == .essential }
             return try Self.applyFinish(db, record, downloads: downloads, recorders: recorders)
         }
     }
 
     /// The pipeline's automatic finish: finishes `transactionId` in one database transaction if
-    /// every one of its downloads is finished (none cancelled) and it is purchased or restored.
+    /// every one of its essential downloads is finished (none cancelled) and it is purchased or
+    /// restored. Prefetch and on-demand downloads never hold a finish (docs/delivery-classes.md).
     /// Returns the record when this call finished it.
     func finishIfDelivered(_ transactionId: String) throws -> TransactionRecord? {
         let recorders = finishRecorders.withLock { $0 }
@@ -248,7 +250,7 @@ public final class PaymentQueue: Sendable {
     private static func finishIfDelivered(
         _ db: Database, _ transactionId: String, recorders: [@Sendable (Database, TransactionRecord) throws -> Void]
     ) throws -> (TransactionRecord?, [PaymentQueueEvent]) {
-        let downloads = try QueueStore.fetchDownloads(db, transactionId: transactionId)
+        let downloads = try QueueStore.fetchDownloads(db, transactionId: transactionId).filter { $0.delivery == .essential }
         guard downloads.allSatisfy({ $0.state == .finished }),
             let record = try QueueStore.fetchTransaction(db, id: transactionId),
             record.state == .purchased || record.state == .restored
@@ -305,7 +307,8 @@ public final class PaymentQueue: Sendable {
             productId: content.productId, url: content.url, sha256: content.sha256.lowercased(), length: content.length,
             version: content.version, placement: content.placement, unpackedLength: content.unpackedLength, state: .waiting,
             progress: 0, bytesReceived: 0, rate: 0, durableOffset: 0, partialPath: partialFile(forDownload: id).path,
-            createdAt: now, updatedAt: now, updateFrom: updateFrom, mirrors: content.mirrors, manifest: content.manifest)
+            createdAt: now, updatedAt: now, updateFrom: updateFrom, mirrors: content.mirrors, manifest: content.manifest,
+            delivery: content.delivery, preservation: content.preservation)
     }
 
     /// Applies `event` to a download in one database transaction and performs its actions.
@@ -340,8 +343,12 @@ public final class PaymentQueue: Sendable {
         let recorders = finishRecorders.withLock { $0 }
         let (finished, actions) = try commit { db -> ((TransactionRecord?, [DownloadLifecycle.Action]), [PaymentQueueEvent]) in
             try placement?.record(db)
-            let (_, actions, events) = try self.applyTransition(
+            let (record, actions, events) = try self.applyTransition(
                 db, downloadId, .installed(contentURL: contentURL), requireLease: false)
+            if let record {
+                try ContentRows.setClass(
+                    db, contentIdentifier: record.contentIdentifier, delivery: record.delivery, preservation: record.preservation)
+            }
             guard finish else { return ((nil, actions), events) }
             let (finished, finishEvents) = try Self.finishIfDelivered(db, transactionId, recorders: recorders)
             return ((finished, actions), events + finishEvents)

@@ -97,12 +97,19 @@ public struct QueuedContent: Sendable, Hashable {
     public var mirrors: [URL]
     /// The package's per-entry manifest, when the catalog names one.
     public var manifest: ManifestReference?
+    /// The catalog's delivery class (`essential` when it does not say).
+    public var delivery: Catalog.DeliveryClass
+    /// The catalog's purge order (`normal` when it does not say).
+    public var preservation: Catalog.Preservation
 
     public init(
         contentIdentifier: String, productId: String, transactionId: String, url: URL, sha256: String,
         length: Int64, version: String, placement: Catalog.Placement, unpackedLength: Int64? = nil,
-        mirrors: [URL] = [], manifest: ManifestReference? = nil
+        mirrors: [URL] = [], manifest: ManifestReference? = nil, delivery: Catalog.DeliveryClass = .essential,
+        preservation: Catalog.Preservation = .normal
     ) {
+        self.delivery = delivery
+        self.preservation = preservation
         self.mirrors = mirrors
         self.manifest = manifest
         self.contentIdentifier = contentIdentifier
@@ -182,6 +189,14 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     public var source: URL? = nil
     /// The catalog's per-entry manifest of the package, when it names one (a delta update's input).
     public var manifest: ManifestReference? = nil
+    /// Its content's delivery class: only `essential` downloads hold their transaction's finish.
+    public var delivery: Catalog.DeliveryClass = .essential
+    /// Its content's purge order once placed.
+    public var preservation: Catalog.Preservation = .normal
+
+    /// Whether this is background work: fetched after essential work, at low priority, and
+    /// (wt/metered32) held while the connection is metered. The one predicate to hook.
+    public var isBackgroundWork: Bool { delivery == .prefetch }
 
     /// Whether this download updates installed content (see `updateFrom`).
     public var isUpdate: Bool { updateFrom != nil }

@@ -9,7 +9,20 @@ enum QueueSchema {
         ("queue.v1", createV1),
         ("agent.v1", createAgentV1),
         ("queue.v2-updates", createUpdatesV2),
+        ("queue.v3-classes", createClassesV3),
     ]
+
+    /// Delivery classes (issue 32): each download's content class (`essential`, `prefetch`,
+    /// `onDemand`) and preservation (`low`, `normal`, `high`); rows from before are essential
+    /// and normal, what every content was then.
+    private static func createClassesV3(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                ALTER TABLE downloads ADD COLUMN delivery TEXT NOT NULL DEFAULT 'essential';
+                ALTER TABLE downloads ADD COLUMN preservation TEXT NOT NULL DEFAULT 'normal';
+                """
+        )
+    }
 
     /// Updates and mirrors (issue 13): `updateFrom` is the installed version a download replaces
     /// (NULL for a first delivery), `mirrors` a JSON array of more URLs serving the same bytes,

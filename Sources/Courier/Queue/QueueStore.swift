@@ -100,7 +100,7 @@ enum QueueStore {
         "id", "transactionId", "contentIdentifier", "productId", "url", "sha256", "length", "version", "placement",
         "unpackedLength", "state", "pauseReason", "progress", "bytesReceived", "rate", "timeRemaining", "lastProgressAt",
         "errorCode", "errorMessage", "etag", "lastModified", "totalLength", "durableOffset", "partialPath", "contentURL",
-        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest",
+        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest", "delivery", "preservation",
     ]
 
     /// `downloadColumnNames` as a select list, each name after `prefix` (a table alias and a dot).
@@ -149,6 +149,11 @@ enum QueueStore {
         record.source = source.flatMap(URL.init(string:))
         let manifest: String? = row[offset + 30]
         record.manifest = manifest.flatMap { try? decoder.decode(ManifestReference.self, from: Data($0.utf8)) }
+        // Read back like network input: an unknown value is the default, never a crash.
+        let delivery: String? = row[offset + 31]
+        record.delivery = delivery.flatMap(Catalog.DeliveryClass.init(rawValue:)) ?? .essential
+        let preservation: String? = row[offset + 32]
+        record.preservation = preservation.flatMap(Catalog.Preservation.init(rawValue:)) ?? .normal
         return record
     }
 
@@ -192,13 +197,14 @@ enum QueueStore {
     static func insert(_ db: Database, download d: DownloadRecord) throws {
         try db.cachedStatement(sql: """
                 INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
-                    placement, unpackedLength, state, partialPath, createdAt, updatedAt, updateFrom, mirrors, manifest)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    placement, unpackedLength, state, partialPath, createdAt, updatedAt, updateFrom, mirrors, manifest,
+                    delivery, preservation)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [
                 d.id, d.transactionId, d.contentIdentifier, d.productId, d.url.absoluteString, d.sha256, d.length,
                 d.version, d.placement.rawValue, d.unpackedLength, d.state.rawValue, d.partialPath,
                 d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970, d.updateFrom,
-                encodeMirrors(d.mirrors), encodeManifest(d.manifest),
+                encodeMirrors(d.mirrors), encodeManifest(d.manifest), d.delivery.rawValue, d.preservation.rawValue,
             ])
     }
 
@@ -207,11 +213,12 @@ enum QueueStore {
     static func retarget(_ db: Database, download d: DownloadRecord) throws {
         try db.cachedStatement(sql: """
                 UPDATE downloads SET url = ?, sha256 = ?, length = ?, version = ?, placement = ?, unpackedLength = ?,
-                    updateFrom = ?, mirrors = ?, manifest = ?, source = NULL, updatedAt = ?
+                    updateFrom = ?, mirrors = ?, manifest = ?, source = NULL, updatedAt = ?, delivery = ?, preservation = ?
                 WHERE id = ?
                 """).execute(arguments: [
                 d.url.absoluteString, d.sha256, d.length, d.version, d.placement.rawValue, d.unpackedLength,
-                d.updateFrom, encodeMirrors(d.mirrors), encodeManifest(d.manifest), d.updatedAt.timeIntervalSince1970, d.id,
+                d.updateFrom, encodeMirrors(d.mirrors), encodeManifest(d.manifest), d.updatedAt.timeIntervalSince1970,
+                d.delivery.rawValue, d.preservation.rawValue, d.id,
             ])
     }
 
@@ -278,8 +285,12 @@ enum QueueStore {
         try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId = ?").execute(arguments: [downloadId])
     }
 
+    /// Drops the leases of `transactionId`'s essential downloads (its finish): a prefetch or
+    /// on-demand download may still be in flight under its worker's lease.
     static func deleteLeases(_ db: Database, transactionId: String) throws {
-        try db.cachedStatement(sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ?)")
+        try db.cachedStatement(
+            sql: "DELETE FROM leases WHERE downloadId IN (SELECT id FROM downloads WHERE transactionId = ? AND delivery = 'essential')"
+        )
             .execute(arguments: [transactionId])
     }
 
@@ -311,10 +322,14 @@ enum QueueStore {
                   AND t.state IN ('purchased', 'restored', 'finished')
                   AND (l.token IS NULL OR l.token != ?)
                   AND \(condition)
-                ORDER BY d.createdAt, d.id LIMIT ?
+                ORDER BY \(backgroundLast) d.createdAt, d.id LIMIT ?
                 """),
             arguments: [token] + arguments + [limit])
     }
+
+    /// The claim order's first key: background work (`DownloadRecord.isBackgroundWork`, prefetch
+    /// content) after everything else. Hook: wt/prio30's download priorities go here.
+    static let backgroundLast = "(d.delivery = 'prefetch'),"
 
     /// The leases on downloads of `scope` that still need work (waiting, active or paused).
     static func leasesOnUnsettled(_ db: Database, scope: DeliveryScope) throws -> [Lease] {
@@ -370,7 +385,8 @@ enum QueueStore {
             db.cachedStatement(sql: """
                 SELECT t.id FROM transactions t
                 WHERE t.state IN ('purchased', 'restored')
-                  AND NOT EXISTS (SELECT 1 FROM downloads d WHERE d.transactionId = t.id AND d.state != 'finished')
+                  AND NOT EXISTS (SELECT 1 FROM downloads d WHERE d.transactionId = t.id AND d.state != 'finished'
+                                  AND d.delivery = 'essential')
                   AND \(condition)
                 ORDER BY t.createdAt
                 """),

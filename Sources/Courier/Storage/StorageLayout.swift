@@ -62,6 +62,9 @@ public struct StorageLayout: Sendable, Hashable {
     public var documents: URL { root.appendingPathComponent("Documents", isDirectory: true) }
     /// Fetched catalogs with their HTTP validators (ETag, Last-Modified), see `CatalogLoader`.
     public var catalogs: URL { root.appendingPathComponent("Catalogs", isDirectory: true) }
+    /// Content pins held by live processes: `Pins/<contentIdentifier>/<uuid>.lock`, each under
+    /// an `flock` of its holder (`ContentPins`).
+    public var pins: URL { root.appendingPathComponent("Pins", isDirectory: true) }
     /// The running agent's control socket.
     public var agentSocket: URL { root.appendingPathComponent("agent.sock") }
 

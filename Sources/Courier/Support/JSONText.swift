@@ -142,6 +142,10 @@ extension Catalog {
 extension Catalog.Content {
     func write(to json: inout JSONText) {
         json.openObject()
+        if let delivery {
+            json.key("delivery")
+            json.string(delivery.rawValue)
+        }
         json.key("length")
         json.number(length)
         if let manifest {
@@ -161,6 +165,10 @@ extension Catalog.Content {
         }
         json.key("placement")
         json.string(placement.rawValue)
+        if let preservation {
+            json.key("preservation")
+            json.string(preservation.rawValue)
+        }
         json.key("sha256")
         json.string(sha256)
         if let unpackedLength {
