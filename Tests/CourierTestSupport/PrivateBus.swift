@@ -68,8 +68,9 @@ public final class PrivateBus: @unchecked Sendable {
 
     /// Stops the dbusmock services (the daemon keeps running: the service is gone from the bus).
     public func stopTemplates() {
+        // SIGKILL: a child of the test runner may inherit SIGTERM blocked.
         for mock in mocks where mock.isRunning {
-            mock.terminate()
+            kill(mock.processIdentifier, SIGKILL)
             mock.waitUntilExit()
         }
         mocks = []
@@ -112,7 +113,7 @@ public final class PrivateBus: @unchecked Sendable {
     public func stop() {
         stopTemplates()
         if daemon.isRunning {
-            daemon.terminate()
+            kill(daemon.processIdentifier, SIGKILL)
             daemon.waitUntilExit()
         }
         directory.remove()

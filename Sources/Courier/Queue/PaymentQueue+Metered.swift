@@ -45,6 +45,16 @@ extension PaymentQueue {
         meteredGate.set(policy: policy, isMetered: isMetered)
     }
 
+    /// The bytes the unfinished downloads of `scope` still have to fetch (what `deliver` says
+    /// before it uses a metered connection). Saturating: lengths come from a catalog.
+    public func remainingBytes(scope: DeliveryScope) throws -> Int64 {
+        try unfinishedDownloads(scope: scope).reduce(Int64(0)) { sum, download in
+            let left = max(download.length, 0) - min(max(download.durableOffset, 0), max(download.length, 0))
+            let (total, overflow) = sum.addingReportingOverflow(left)
+            return overflow ? .max : total
+        }
+    }
+
     /// Tells the lifecycle of every unfinished download what the connection is (`metered`), each
     /// in its own database transaction: background work pauses as `waitingForUnmetered` (this
     /// process's running transfers stop), and once not metered what waited for it waits for a
