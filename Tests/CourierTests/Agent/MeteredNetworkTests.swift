@@ -130,6 +130,30 @@ struct MeteredNetworkTests {
         #expect(log.contains("the connection is metered"), "\(log)")
     }
 
+    @Test("a purchase enqueued while metered is never started: the claim pauses it; it is delivered once unmetered")
+    func enqueuedWhileMetered() throws {
+        let bus = try PrivateBus()
+        defer { bus.stop() }
+        try bus.startTemplate("networkmanager", owning: Self.networkManager, system: true)
+        try bus.setMetered(3)  // guess-yes
+        let shop = try AgentShop()
+        defer { shop.stop() }
+        let storage = shop.storage()
+        let agent = try shop.startAgent(storage: storage, environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus.address])
+        defer { if agent.isRunning { _ = stopProcess(agent, signal: SIGKILL) } }
+        let enqueue = try shop.courier(["enqueue", "--receipt", try shop.receipt(AgentShop.products).path], storage: storage)
+        #expect(enqueue.status == 0, "\(enqueue.stderr) \(enqueue.stdout)")
+        func downloads() -> [DownloadRecord] { ((try? shop.entries(storage: storage)) ?? []).compactMap(\.download) }
+        #expect(waitUntil(60) { downloads().count == 3 && downloads().allSatisfy { $0.pauseReason == .waitingForUnmetered } })
+        #expect(downloads().allSatisfy { $0.bytesReceived == 0 })
+        #expect(!shop.nginx.accessLog().contains { $0.contains(".zip") }, "\(shop.nginx.accessLog())")
+
+        try bus.setMetered(4)  // guess-no
+        #expect(waitUntil(120) { shop.allFinished(storage: storage, count: 3) })
+        for product in AgentShop.products { #expect(shop.isPlaced(product, storage: storage)) }
+        #expect(stopProcess(agent, signal: SIGTERM))
+    }
+
     @Test("agent.notifications: the agent notifies org.freedesktop.Notifications when a delivery finishes")
     func notifiesFinishedDelivery() throws {
         let bus = try PrivateBus()

@@ -1,4 +1,5 @@
 import Courier
+import CourierTestSupport
 import Foundation
 import Testing
 
@@ -72,5 +73,55 @@ struct MeteredLifecycleTests {
         let review = Machine.Review(now: Date(), lease: .none, trigger: .rerun, policy: .init())
         #expect(try rerun.handle(.review(review)) == [.persist])
         #expect(rerun.state == .waiting)
+    }
+}
+
+@Suite("Metered networks: the background predicate and its configuration")
+struct MeteredPolicyTests {
+    @Test("the queue applies the connection: background downloads pause and come back; allowMetered and foreground runs are left alone")
+    func queueAppliesConnection() throws {
+        let directory = try TemporaryDirectory(prefix: "courier-metered")
+        defer { directory.remove() }
+        let queue = try QueueFixtures.queue(directory)
+        let transaction = QueueFixtures.transaction("t1")
+        try queue.add([transaction], content: [QueueFixtures.content(for: transaction)])
+        let download = try #require(try queue.downloads(transactionId: "t1").first)
+        let agent = MeteredPolicy(backgroundProcess: true, allowMetered: false)
+        #expect(agent.isBackground(download))
+        #expect(!MeteredPolicy(backgroundProcess: true, allowMetered: true).isBackground(download))
+        #expect(!MeteredPolicy(backgroundProcess: false, allowMetered: false).isBackground(download))
+
+        // A foreground run's or an allowed download is not touched.
+        #expect(try queue.applyConnection(metered: true, policy: MeteredPolicy(backgroundProcess: false, allowMetered: false)).isEmpty)
+        #expect(try queue.applyConnection(metered: true, policy: MeteredPolicy(backgroundProcess: true, allowMetered: true)).isEmpty)
+        #expect(try queue.download(download.id)?.state == .waiting)
+
+        let paused = try queue.applyConnection(metered: true, policy: agent)
+        #expect(paused.map(\.id) == [download.id])
+        let stored = try #require(try queue.download(download.id))
+        #expect(stored.state == .paused && stored.pauseReason == .waitingForUnmetered)
+        #expect(stored.errorMessage == "paused: waitingForUnmetered")
+        #expect(try queue.entries().first?.stalled == nil)
+        // Metered again: nothing more moves.
+        #expect(try queue.applyConnection(metered: true, policy: agent).isEmpty)
+
+        let resumed = try queue.applyConnection(metered: false, policy: agent)
+        #expect(resumed.map(\.id) == [download.id])
+        #expect(try queue.download(download.id)?.state == .waiting)
+        #expect(try queue.download(download.id)?.pauseReason == nil)
+        #expect(try queue.remainingBytes(scope: .all) == Int64("payload".utf8.count))
+    }
+
+    @Test("transfer.allowMetered and agent.notifications are read; both default to false; a typo is named")
+    func configuration() throws {
+        #expect(CourierConfiguration().transfer.allowMetered == false)
+        #expect(CourierConfiguration().agent.notifications == false)
+        let file = Data(#"{"transfer": {"allowMetered": true}, "agent": {"notifications": true}}"#.utf8)
+        let configuration = try CourierConfiguration.decode(file)
+        #expect(configuration.transfer.allowMetered)
+        #expect(configuration.agent.notifications)
+        #expect(CourierConfiguration.unknownKeys(in: file).isEmpty)
+        let typo = CourierConfiguration.unknownKeys(in: Data(#"{"agent": {"notification": true}}"#.utf8))
+        #expect(typo == [.init(section: "agent", key: "notification", suggestion: "notifications")])
     }
 }
