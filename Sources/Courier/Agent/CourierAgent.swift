@@ -33,6 +33,9 @@ public final class CourierAgent: Service, Sendable {
         public var freeSpace: FreeSpaceProbe = .statvfs
         /// Seconds between reads of NetworkManager's `Metered` property (`NetworkMeter`). Default 2.
         public var meteredPollInterval: Double = 2
+        /// The system bus NetworkManager is asked on; nil (the default): `DBUS_SYSTEM_BUS_ADDRESS`,
+        /// else the standard socket.
+        public var systemBusAddress: String?
         /// Called once the control socket accepts connections (the CLI tells systemd it is ready).
         public var onReady: (@Sendable () -> Void)?
 
@@ -58,7 +61,7 @@ public final class CourierAgent: Service, Sendable {
         control = client.control
         self.options = options
         logger = client.logger
-        meter = NetworkMeter(logger: client.logger, interval: options.meteredPollInterval)
+        meter = NetworkMeter(logger: client.logger, interval: options.meteredPollInterval, address: options.systemBusAddress)
         meteredPolicy = MeteredPolicy(backgroundProcess: true, allowMetered: client.configuration.transfer.allowMetered)
     }
 

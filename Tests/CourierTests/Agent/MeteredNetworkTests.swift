@@ -154,7 +154,7 @@ struct MeteredNetworkTests {
         #expect(stopProcess(agent, signal: SIGTERM))
     }
 
-    @Test("agent.notifications: the agent notifies org.freedesktop.Notifications when a delivery finishes")
+    @Test("agent.notifications: the agent notifies org.freedesktop.Notifications when a delivery finishes and when one fails for good")
     func notifiesFinishedDelivery() throws {
         let bus = try PrivateBus()
         defer { bus.stop() }
@@ -171,12 +171,20 @@ struct MeteredNetworkTests {
             environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(bus.directory.appending("none").path)"])
         defer { if agent.isRunning { _ = stopProcess(agent, signal: SIGKILL) } }
         let product = AgentShop.products[0]
-        let enqueue = try shop.courier(["enqueue", "--receipt", try shop.receipt([product]).path], storage: storage)
+        // The second product's package no longer matches the catalog's SHA-256: it fails its
+        // check, for good (no automatic retry).
+        let broken = AgentShop.products[1]
+        let package = shop.directory.appending("www").appendingPathComponent("\(broken).zip")
+        var bytes = try Data(contentsOf: package)
+        bytes[bytes.count / 2] ^= 0xFF
+        try bytes.write(to: package)
+        let enqueue = try shop.courier(["enqueue", "--receipt", try shop.receipt([product, broken]).path], storage: storage)
         #expect(enqueue.status == 0, "\(enqueue.stderr) \(enqueue.stdout)")
-        #expect(waitUntil(120) { shop.allFinished(storage: storage, count: 1) })
         func logged() -> String { (try? String(contentsOf: calls, encoding: .utf8)) ?? "" }
-        #expect(waitUntil(30) { logged().contains("Notify") && logged().contains("Delivered \(product)") }, "\(logged())")
-        #expect(logged().contains("\"Courier\""), "\(logged())")
+        #expect(waitUntil(120) { logged().contains("Delivered \(product)") }, "\(logged())")
+        #expect(logged().contains("Notify") && logged().contains("\"Courier\""), "\(logged())")
+        #expect(waitUntil(120) { logged().contains("Delivery of \(broken) failed") }, "\(logged())")
+        #expect(shop.isPlaced(product, storage: storage))
         #expect(stopProcess(agent, signal: SIGTERM))
         let log = shop.agentLogs()
         #expect(log.contains("not metered"), "\(log)")
