@@ -50,16 +50,24 @@ let package = Package(
         ),
         // Linux system calls Swift cannot call directly (renameat2, syncfs, inode flags).
         .systemLibrary(name: "CSystemShims"),
+        // D-Bus through sd-bus (libsystemd): NetworkManager's Metered property, desktop
+        // notifications. Only Network/ imports it.
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
         // CRC-32 with carry-less multiplication (the check of a package's entries).
         .target(name: "CCRC32"),
         // The library others import. Only Transfer/ imports CCurl, only Packages/ CArchive and
-        // only Placement/ CSystemShims; `scripts/test` checks the first two.
+        // only Placement/ CSystemShims, only Network/ CSystemd; `scripts/test` checks them.
         .target(
             name: "Courier",
             dependencies: [
                 "CCurl",
                 "CArchive",
                 "CSystemShims",
+                "CSystemd",
                 "CCRC32",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -11,7 +11,10 @@ struct DeliverCommand: AsyncParsableCommand {
         discussion: """
             Run it again after any interruption: it continues from the journal without fetching \
             finished bytes again. After success a second run does nothing and says so. With \
-            --restore, only the products named by --product are restored.
+            --restore, only the products named by --product are restored. On a metered connection \
+            (NetworkManager) it asks first on a terminal; --allow-metered or transfer.allowMetered \
+            answer yes in advance; without a terminal it downloads nothing and exits 7, the purchase \
+            queued for `courier agent` once the connection is not metered.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -30,6 +33,11 @@ struct DeliverCommand: AsyncParsableCommand {
             "Hold each transfer to this many bytes per second, in curl's syntax: 500k, 2M (default: transfer.limitRate; transfer.maxRate limits all together).",
             valueName: "rate"))
     var limitRate: String?
+
+    @Flag(
+        name: .customLong("allow-metered"),
+        help: "Download even when NetworkManager says the connection is metered, without asking (default: transfer.allowMetered).")
+    var allowMetered = false
 
     func validate() throws {
         if let proxy { try ProxyOption.validate(proxy) }
@@ -60,11 +68,34 @@ struct DeliverCommand: AsyncParsableCommand {
                         output.done("\(transaction.productId): no hosted content in the catalog; nothing to download, purchase finished")
                     }
                 }
+                if !allowMetered && !client.configuration.transfer.allowMetered {
+                    try MeteredQuestion.ask(remaining: try client.queue.remainingBytes(scope: plan.scope), output: output)
+                }
                 try await client.deliver(scope: plan.scope, output: output, retryStopped: true)
             }
             // Said first; thrown (exit 3) after the others are delivered: it stays unfinished.
             if let notInCatalog = plan.notInCatalog { throw notInCatalog }
         }
+    }
+}
+
+/// A foreground `deliver` on a metered connection (docs/transfer.md, "Metered networks"): as
+/// Play asks before using mobile data, it asks once on a terminal; without one (a script, a
+/// unit) it downloads nothing and exits 7, as BITS keeps a job waiting for an unmetered network.
+enum MeteredQuestion {
+    /// Returns when the run may download `remaining` bytes; throws `paused` (exit 7) when not.
+    static func ask(remaining: Int64, output: Output) throws {
+        guard remaining > 0 else { return }
+        let reading = NetworkMeter.read()
+        guard reading.isMetered else { return }
+        let refusal = CourierError(
+            .paused, "the connection is metered (NetworkManager); nothing was downloaded",
+            hint: "run it again with --allow-metered (or set transfer.allowMetered), or let courier agent deliver it once the connection is not metered")
+        guard !output.json, output.stderrIsTerminal, isatty(STDIN_FILENO) == 1 else { throw refusal }
+        let megabytes = max(1, (remaining + 999_999) / 1_000_000)
+        FileHandle.standardError.write(Data("The connection is metered. Download \(megabytes) MB anyway? [y/N] ".utf8))
+        let answer = readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        guard answer == "y" || answer == "yes" else { throw refusal }
     }
 }
 

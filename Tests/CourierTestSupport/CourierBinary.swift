@@ -44,6 +44,9 @@ public enum CourierBinary {
         process.executableURL = executable ?? url
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
+        // Hermetic: the host's system bus (a metered connection on a developer's laptop) never
+        // pauses a test's downloads or asks; tests of metered networks give a private bus.
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=/nonexistent/courier-tests-no-system-bus"
         env.merge(environment) { $1 }
         process.environment = env
         if let directory { process.currentDirectoryURL = directory }

@@ -58,6 +58,18 @@ public final class PseudoTerminal: @unchecked Sendable {  // @unchecked: `chunks
         return lock.withLock { chunks }
     }
 
+    /// What was read so far, without waiting for the end.
+    public func textSoFar() -> String {
+        lock.withLock { chunks.map(\.text).joined() }
+    }
+
+    /// Types `text` on the terminal, as a user at the keyboard (the child reads it from the
+    /// secondary side when that is its standard input).
+    public func type(_ text: String) {
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { write(primary, $0.baseAddress, $0.count) }
+    }
+
     deinit {
         close(primary)
     }

@@ -31,6 +31,11 @@ public final class CourierAgent: Service, Sendable {
         public var checkInterval: Double = 1
         /// Where the agent reads the storage's free space (statvfs; tests give a fake).
         public var freeSpace: FreeSpaceProbe = .statvfs
+        /// Seconds between reads of NetworkManager's `Metered` property (`NetworkMeter`). Default 2.
+        public var meteredPollInterval: Double = 2
+        /// The system bus NetworkManager is asked on; nil (the default): `DBUS_SYSTEM_BUS_ADDRESS`,
+        /// else the standard socket.
+        public var systemBusAddress: String?
         /// Called once the control socket accepts connections (the CLI tells systemd it is ready).
         public var onReady: (@Sendable () -> Void)?
 
@@ -43,6 +48,10 @@ public final class CourierAgent: Service, Sendable {
     let options: Options
     let logger: Logger
     private let retries = RetryBook()
+    /// NetworkManager's `Metered`, followed while the agent runs (docs/transfer.md, "Metered networks").
+    let meter: NetworkMeter
+    /// Which of the agent's downloads wait while metered: all, unless `transfer.allowMetered`.
+    let meteredPolicy: MeteredPolicy
 
     /// The agent over `client` (`CourierClient.agent(options:)`); give the client
     /// `announcesFinishes` so finished transactions reach the webhook's outbox.
@@ -52,10 +61,22 @@ public final class CourierAgent: Service, Sendable {
         control = client.control
         self.options = options
         logger = client.logger
+        meter = NetworkMeter(logger: client.logger, interval: options.meteredPollInterval, address: options.systemBusAddress)
+        meteredPolicy = MeteredPolicy(backgroundProcess: true, allowMetered: client.configuration.transfer.allowMetered)
     }
 
     public func run() async throws {
         try queue.layout.prepare()
+        // Read before the pipeline claims anything: background work never starts on a metered
+        // connection. With `transfer.allowMetered` nothing waits and the bus is not asked.
+        if !meteredPolicy.allowMetered {
+            meter.start()
+            queue.holdBackgroundWork(meteredPolicy) { [meter] in meter.isMetered }
+        }
+        defer { meter.stop() }
+        let notifications = client.configuration.agent.notifications ? AgentNotifications(notifier: DesktopNotifier(logger: logger)) : nil
+        if let notifications { queue.addObserver(notifications) }
+        defer { if let notifications { queue.removeObserver(notifications) } }
         let server = try AgentControlServer(
             path: queue.layout.agentSocket.path, queue: queue, logger: logger
         ) { [self] request in await handle(request) }
@@ -97,16 +118,41 @@ public final class CourierAgent: Service, Sendable {
         var catalog: Catalog?
         var nextCatalogCheck = Date.distantPast
         var vanished: Set<String> = []
+        var wasMetered = false
         while !Task.isCancelled {
+            let metered = applyConnection(wasMetered: wasMetered)
+            wasMetered = metered
             retryStopped()
             if let webhook = client.webhook { await webhook.deliverDue() }
             vanished = await redeliverVanished(seen: vanished)
-            if Date() >= nextCatalogCheck {
+            // Automatic updates are background work: no catalog check while metered either.
+            if Date() >= nextCatalogCheck && !metered {
                 nextCatalogCheck = Date().addingTimeInterval(client.configuration.queue.catalogCheckInterval)
                 catalog = await updateIfCatalogChanged(since: catalog) ?? catalog
             }
             try? await Task.sleep(nanoseconds: UInt64(options.checkInterval * 1e9))
         }
+    }
+
+    /// Tells the queue what the connection is (`PaymentQueue.applyConnection`): while metered,
+    /// background downloads pause as `waitingForUnmetered` and their transfers stop; once not,
+    /// they wait for the pipeline again (within `checkInterval` plus `meteredPollInterval`).
+    /// Returns whether the connection is metered.
+    func applyConnection(wasMetered: Bool) -> Bool {
+        let metered = !meteredPolicy.allowMetered && meter.isMetered
+        do {
+            let moved = try queue.applyConnection(metered: metered, policy: meteredPolicy)
+            if metered != wasMetered || !moved.isEmpty {
+                logger.info(
+                    metered
+                        ? "the connection is metered; background downloads wait for an unmetered one"
+                        : "the connection is not metered; downloads that waited for it continue",
+                    metadata: ["downloads": "\(moved.map(\.id).joined(separator: ", "))"])
+            }
+        } catch {
+            logger.error("cannot apply the connection's metered state", metadata: ["error": "\(error)"])
+        }
+        return metered
     }
 
     /// Queues again the entitled content whose folder vanished since the last check (`seen`:

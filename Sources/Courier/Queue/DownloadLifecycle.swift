@@ -62,6 +62,13 @@ public struct DownloadLifecycle: Sendable, Equatable {
         /// ones paused by an interruption and active ones whose owner died are taken (`takeLease`,
         /// then active); anything else is left alone without an error.
         case claim(LeaseFact)
+        /// What NetworkManager says of the connection (`NetworkMeter`), for a download that is
+        /// `background` work (the agent's downloads, automatic updates, prefetch content, unless
+        /// `transfer.allowMetered`: `MeteredPolicy`). Metered: background work that waits, runs
+        /// or was interrupted pauses as `waitingForUnmetered` (an active transfer is stopped, so
+        /// no byte moves). Not metered, or not background: a download waiting for an unmetered
+        /// connection waits for a worker again. Anything else is left alone.
+        case connection(metered: Bool, background: Bool)
         /// A look at a stopped or stalled download (the agent every second, `resume --stalled`
         /// and a re-run `deliver` once): resumes it if its stall reason allows, now or when
         /// `review` says.
@@ -257,7 +264,8 @@ public struct DownloadLifecycle: Sendable, Equatable {
             switch pauseReason {
             case .interrupted?: return .interrupted
             case .insufficientSpace?: return .insufficientSpace
-            case .user?, nil: return nil
+            // Waits for the connection, not stalled: `.connection` moves it, not a review.
+            case .user?, .waitingForUnmetered?, nil: return nil
             }
         case .failed:
             switch error?.code {
@@ -377,6 +385,8 @@ public struct DownloadLifecycle: Sendable, Equatable {
             contentURL = nil
             return [.removePartialData]
 
+        case (.connection(let metered, let background), _):
+            return connection(metered: metered, background: background)
         case (.claim(let lease), _):
             return claim(lease)
         case (.review(let review), _):
@@ -403,6 +413,29 @@ public struct DownloadLifecycle: Sendable, Equatable {
         }
         move(to: .active)
         return [.takeLease]
+    }
+
+    /// `.connection`: background work pauses while the connection is metered and waits for a
+    /// worker again once it is not.
+    private mutating func connection(metered: Bool, background: Bool) -> [Action] {
+        if metered && background {
+            switch state {
+            case .waiting, .active:
+                break
+            case .paused where pauseReason == .interrupted:
+                break
+            default:
+                return []
+            }
+            let wasActive = state == .active
+            move(to: .paused)
+            pauseReason = .waitingForUnmetered
+            error = PauseReason.waitingForUnmetered.error
+            return wasActive ? [.stopTransfer] : []
+        }
+        guard state == .paused, pauseReason == .waitingForUnmetered else { return [] }
+        move(to: .waiting)
+        return []
     }
 
     /// `.review`: what to do with a stalled download (nothing when it is not stalled).

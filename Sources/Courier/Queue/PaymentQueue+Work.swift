@@ -75,6 +75,16 @@ extension PaymentQueue {
                 // an active one whose owner died, once no live process holds it.
                 let lease = self.leaseFact(try LeaseManager.lease(db, downloadId: id), now: now)
                 var machine = DownloadLifecycle(record: record)
+                // Background work waits while the connection is metered: the lifecycle pauses it
+                // (`waitingForUnmetered`) instead of letting it be taken.
+                if self.meteredGate.holds(record) {
+                    if case .live = lease { return (nil, []) }
+                    let actions = try machine.handle(.connection(metered: true, background: true))
+                    guard actions.contains(.persist) else { return (nil, []) }
+                    record.apply(machine, at: now)
+                    try QueueStore.updateState(db, download: record)
+                    return (nil, [.updatedDownloads([record])])
+                }
                 let actions = try machine.handle(.claim(lease))
                 guard actions.contains(.takeLease) else { return (nil, []) }
                 // The lease was read above and is free or stale: taken without reading it again.

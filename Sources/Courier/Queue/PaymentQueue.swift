@@ -25,6 +25,8 @@ public final class PaymentQueue: Sendable {
     /// Rung when a change in this process makes a download claimable, so a pipeline waiting
     /// for its next poll starts on it at once.
     let workAvailable = Doorbell()
+    /// Whether the claim holds background work back while the connection is metered (the agent's).
+    let meteredGate = MeteredGate()
 
     /// Held across a commit and the publication of its events, so events arrive in commit order.
     private let commitLock = NSLock()

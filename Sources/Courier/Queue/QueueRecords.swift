@@ -22,6 +22,9 @@ public enum PauseReason: String, Sendable, Codable, CaseIterable {
     case interrupted
     /// The disk was full: the agent resumes it once the storage has room.
     case insufficientSpace
+    /// Background work while NetworkManager says the connection is metered (docs/transfer.md,
+    /// "Metered networks"): the agent resumes it once the connection is not metered.
+    case waitingForUnmetered
 
     /// The reason a stored value names; an unknown one counts as a user's pause (kept until a
     /// user resumes it).
@@ -33,6 +36,7 @@ public enum PauseReason: String, Sendable, Codable, CaseIterable {
         case .user: return nil
         case .interrupted: return CourierError(.interrupted, "paused: interrupted")
         case .insufficientSpace: return CourierError(.insufficientSpace, "paused: insufficientSpace")
+        case .waitingForUnmetered: return CourierError(.paused, "paused: waitingForUnmetered")
         }
     }
 }

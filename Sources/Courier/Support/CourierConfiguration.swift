@@ -22,6 +22,8 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     public var prestage: PrestageConfiguration = .init()
     /// `courier serve`: the origin's content folder, listener, limits, gate and refunds.
     public var serve: ServeConfiguration = .init()
+    /// `courier agent`: desktop notifications (`agent.notifications`).
+    public var agent: AgentConfiguration = .init()
 
     /// The folder relative paths in this configuration are resolved against: the folder of the
     /// file it was loaded from, or the current directory.
@@ -62,7 +64,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case catalog, transfer, receipts, packages, placement, queue, prestage, serve
+        case catalog, transfer, receipts, packages, placement, queue, prestage, serve, agent
     }
 
     /// `catalog` is a string (the location) or an object (the location and its trust).
@@ -81,6 +83,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         queue = try container.decode(QueueConfiguration.self, forKey: .queue)
         prestage = try container.decode(.prestage, or: PrestageConfiguration())
         serve = try container.decode(.serve, or: ServeConfiguration())
+        agent = try container.decode(.agent, or: AgentConfiguration())
         shareTransferSettings()
     }
 
@@ -98,6 +101,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         try container.encode(queue, forKey: .queue)
         try container.encode(prestage, forKey: .prestage)
         try container.encode(serve, forKey: .serve)
+        try container.encode(agent, forKey: .agent)
     }
 
     /// Decodes a configuration file's JSON, the one way a configuration is read (the sections'

@@ -53,6 +53,12 @@ public struct TransferConfiguration: Sendable, Codable, Equatable {
     /// e.g. 1 MiB/s from 09:00 to 17:00; checked each second, so a boundary applies to running
     /// transfers without restarting them. Default: none.
     public var rateSchedule: [RateScheduleWindow] = []
+    /// Whether downloads go on while NetworkManager says the connection is metered
+    /// (`NetworkMeter`): true answers `deliver`'s question in advance (as `--allow-metered`) and
+    /// lets the agent's background downloads run. Default false: the agent's downloads pause as
+    /// `waitingForUnmetered` and a foreground `deliver` asks first (docs/transfer.md, "Metered
+    /// networks").
+    public var allowMetered: Bool = false
 
     public init() {}
 

@@ -36,7 +36,7 @@ struct AgentShop {
     }
 
     /// Starts `courier agent` on `storage` (stderr kept in `agent-N.log`) and waits for its socket.
-    func startAgent(storage: URL, extra: [String] = []) throws -> Process {
+    func startAgent(storage: URL, extra: [String] = [], environment more: [String: String] = [:]) throws -> Process {
         let log = directory.appending("agent-\(UUID().uuidString.prefix(8)).log")
         let process = try CourierBinary.start(
             [
@@ -44,13 +44,21 @@ struct AgentShop {
                 "--trust-root", sandbox.rootCertificateDERFile.path, "--environment", "Sandbox", "--log-level", "debug",
                 "--retry-backoff", "0.2", "--check-interval", "0.2",
             ] + extra,
-            environment: environment, directory: directory.url, stderr: log)
+            environment: environment.merging(more) { $1 }, directory: directory.url, stderr: log)
         let layout = StorageLayout(root: storage)
         let up = waitUntil(120) { AgentClient.connect(layout: layout, timeout: 10) != nil || !process.isRunning }
         guard up, process.isRunning else {
             throw CourierError(.internal, "the agent did not start: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
         }
         return process
+    }
+
+    /// What every agent started here wrote to its log (`agent-*.log`), one after another.
+    func agentLogs() -> String {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: directory.url.path)) ?? []
+        return files.filter { $0.hasPrefix("agent-") && $0.hasSuffix(".log") }.sorted().compactMap {
+            try? String(contentsOf: directory.appending($0), encoding: .utf8)
+        }.joined(separator: "\n")
     }
 
     func courier(_ arguments: [String], storage: URL) throws -> CourierBinary.Result {

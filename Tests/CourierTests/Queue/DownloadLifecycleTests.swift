@@ -122,7 +122,7 @@ struct DownloadLifecycleTests {
         #expect(machine.error == nil)
         _ = try machine.handle(.resume)
         #expect(machine.pauseReason == nil && machine.error == nil && machine.state == .waiting)
-        #expect(PauseReason.allCases.map(\.rawValue) == ["user", "interrupted", "insufficientSpace"])
+        #expect(PauseReason.allCases.map(\.rawValue) == ["user", "interrupted", "insufficientSpace", "waitingForUnmetered"])
     }
 
     @Test("a worker stopped by its process's shutdown pauses an active download as interrupted, nothing else")
