@@ -11,7 +11,9 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix); with --watch, none follows every unfinished one.")
+    @Argument(
+        help: "A download or transaction id (or an unambiguous prefix); with --watch, none follows every unfinished one.",
+        completion: IdCompletion.kind(.anyIds))
     var id: String?
 
     @Flag(name: .long, help: "Refresh until every download is finished, failed, cancelled or paused.")
