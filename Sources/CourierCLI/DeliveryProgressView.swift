@@ -188,9 +188,10 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
             $0 + ($1.state == .finished ? $1.length : min($1.length, $1.bytesReceived))
         }
         let rate = rates.total(now: now)
-        // Nothing moving (all paused or waiting): no rate or ETA, which could only be stale.
-        let moving = records.contains { $0.state == .active }
-        let still = records.contains { $0.state == .paused } ? "paused" : records.contains { $0.state == .waiting } ? "waiting" : "stopped"
+        // Nothing moving but some paused or waiting: no rate or ETA, which could only be stale.
+        let paused = records.contains { $0.state == .paused }
+        let moving = records.contains { $0.state == .active } || !(paused || records.contains { $0.state == .waiting })
+        let still = paused ? "paused" : "waiting"
         rows.append(
             ProgressLayout.Row(
                 name: "total (\(done)/\(records.count) done)", fraction: total > 0 ? Double(received) / Double(total) : 0,

@@ -136,16 +136,16 @@ enum QueueFormat {
     /// (what `pause`, `resume` and `cancel` take), names their start and end.
     static func listTable(_ rows: [[String]]) -> TableLayout {
         TableLayout(columns: [
-            .init("TRANSACTION", short: "TXN", minimum: uniquePrefix(rows.map { $0[0] }), middle: false, dropOrder: 3),
-            .init("DOWNLOAD", short: "ID", minimum: uniquePrefix(rows.map { $0[1] }), middle: false),
-            .init("PRODUCT", minimum: 12),
-            .init("STATE", minimum: 7, middle: false),
+            .init("TRANSACTION", short: "TXN", minimum: uniquePrefix(rows.map { $0[0] }), comfortable: 16, middle: false, dropOrder: 3),
+            .init("DOWNLOAD", short: "ID", minimum: uniquePrefix(rows.map { $0[1] }), comfortable: 16, middle: false),
+            .init("PRODUCT", minimum: 12, comfortable: 32),
+            .init("STATE", minimum: 7, comfortable: 12, middle: false),
             .init("PROGRESS", short: "DONE", minimum: 4, middle: false),
             .init("RATE", minimum: 11, middle: false, dropOrder: 5),
             .init("ETA", minimum: 6, middle: false, dropOrder: 4),
-            .init("ERROR", minimum: 10, middle: false, dropOrder: 6),
-            .init("OWNER", minimum: 10, dropOrder: 2),
-            .init("SOURCE", minimum: 10, dropOrder: 1),
+            .init("ERROR", minimum: 10, comfortable: 24, middle: false, dropOrder: 6),
+            .init("OWNER", minimum: 10, comfortable: 16, dropOrder: 2, dropsEarly: true),
+            .init("SOURCE", minimum: 10, comfortable: 16, dropOrder: 1, dropsEarly: true),
         ])
     }
 

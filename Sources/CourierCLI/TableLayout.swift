@@ -6,10 +6,11 @@ import Glibc
 #endif
 
 /// A table of text made to fit a terminal `width` columns wide without wrapping (`list`, `top`):
-/// columns shrink towards their minimum first, the widest first, their cells shortened with an
-/// ellipsis (in the middle for ids and names, so both ends stay and rows stay distinguishable;
-/// at the end for prose); when even the minimums do not fit, the most dispensable columns go
-/// (`dropOrder`, lowest first). A column narrower than its header shows its `shortHeader`.
+/// columns shrink to a comfortable width (the widest first), then the columns that go early
+/// (`dropsEarly`) go, then columns shrink to their minimum, then the others that may go go
+/// (`dropOrder`, lowest first). Cells are shortened with an ellipsis: in the middle for names,
+/// so both ends stay and rows stay distinguishable; at the end for ids (a unique prefix is what
+/// commands take) and prose. A column narrower than its header shows its `shortHeader`.
 struct TableLayout {
     struct Column: Sendable {
         var header: String
@@ -21,13 +22,22 @@ struct TableLayout {
         var middle: Bool
         /// Which columns go first when the minimums do not fit: lower goes earlier; nil never goes.
         var dropOrder: Int?
+        /// The width the column shrinks to before a column that goes early goes (at least `minimum`).
+        var comfortable: Int
+        /// Goes (in `dropOrder`) before any column shrinks below its comfortable width.
+        var dropsEarly: Bool
 
-        init(_ header: String, short: String? = nil, minimum: Int, middle: Bool = true, dropOrder: Int? = nil) {
+        init(
+            _ header: String, short: String? = nil, minimum: Int, comfortable: Int? = nil, middle: Bool = true,
+            dropOrder: Int? = nil, dropsEarly: Bool = false
+        ) {
             self.header = header
             self.shortHeader = short
             self.minimum = minimum
+            self.comfortable = max(minimum, comfortable ?? minimum)
             self.middle = middle
             self.dropOrder = dropOrder
+            self.dropsEarly = dropsEarly && dropOrder != nil
         }
     }
 
@@ -57,27 +67,35 @@ struct TableLayout {
         func natural(_ index: Int) -> Int {
             rows.reduce(columns[index].header.count) { max($0, index < $1.count ? $1[index].count : 0) }
         }
+        // Phase 0: comfortable widths, dropping the early columns; phase 1: minimums, any droppable.
+        var phase = 0
         while true {
             var widths = kept.map(natural)
             guard let width else { return (kept, widths, kept.map { columns[$0].header }) }
             let floors = kept.enumerated().map { position, index in
-                min(widths[position], max(columns[index].minimum, columns[index].shortHeader?.count ?? 0))
+                let column = columns[index]
+                let floor = phase == 0 ? column.comfortable : column.minimum
+                return min(widths[position], max(floor, column.shortHeader?.count ?? 0))
             }
             func total() -> Int { widths.reduce(0, +) + gap * max(0, widths.count - 1) }
-            // Shrink the column furthest above its minimum, one character at a time.
+            // Shrink the column furthest above its floor, one character at a time.
             while total() > width {
-                guard let position = widths.indices.filter({ widths[$0] > floors[$0] }).max(by: { widths[$0] - floors[$0] < widths[$1] - floors[$1] })
-                else { break }
+                let shrinkable = widths.indices.filter { widths[$0] > floors[$0] }
+                guard let position = shrinkable.max(by: { widths[$0] - floors[$0] < widths[$1] - floors[$1] }) else { break }
                 widths[position] -= 1
             }
-            let droppable = kept.enumerated().filter { columns[$0.element].dropOrder != nil }
-            if total() <= width || droppable.isEmpty {
+            let droppable = kept.enumerated().filter { columns[$0.element].dropOrder != nil && (phase == 1 || columns[$0.element].dropsEarly) }
+            if total() <= width || (droppable.isEmpty && phase == 1) {
                 let headers = kept.enumerated().map { position, index in
                     let column = columns[index]
                     if column.header.count <= widths[position] { return column.header }
                     return column.shortHeader ?? ProgressLayout.cut(column.header, widths[position])
                 }
                 return (kept, widths, headers)
+            }
+            if droppable.isEmpty {
+                phase = 1
+                continue
             }
             let drop = droppable.min { (columns[$0.element].dropOrder ?? 0) < (columns[$1.element].dropOrder ?? 0) }
             if let drop { kept.remove(at: drop.offset) }
