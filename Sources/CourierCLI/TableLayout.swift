@@ -6,9 +6,9 @@ import Glibc
 #endif
 
 /// A table of text made to fit a terminal `width` columns wide without wrapping (`list`, `top`):
-/// columns shrink to a comfortable width (the widest first), then the columns that go early
-/// (`dropsEarly`) go, then columns shrink to their minimum, then the others that may go go
-/// (`dropOrder`, lowest first). Cells are shortened with an ellipsis: in the middle for names,
+/// the columns that go early (`dropsEarly`) go, then columns shrink to a comfortable width (the
+/// widest first), then to their minimum while the others that may go go (`dropOrder`, lowest
+/// first). Cells are shortened with an ellipsis: in the middle for names,
 /// so both ends stay and rows stay distinguishable; at the end for ids (a unique prefix is what
 /// commands take) and prose. A column narrower than its header shows its `shortHeader`.
 struct TableLayout {
@@ -67,14 +67,15 @@ struct TableLayout {
         func natural(_ index: Int) -> Int {
             rows.reduce(columns[index].header.count) { max($0, index < $1.count ? $1[index].count : 0) }
         }
-        // Phase 0: comfortable widths, dropping the early columns; phase 1: minimums, any droppable.
+        // Phase 0: full widths, dropping the early columns; 1: comfortable widths, dropping none;
+        // 2: minimums, dropping any that may go.
         var phase = 0
         while true {
             var widths = kept.map(natural)
             guard let width else { return (kept, widths, kept.map { columns[$0].header }) }
             let floors = kept.enumerated().map { position, index in
                 let column = columns[index]
-                let floor = phase == 0 ? column.comfortable : column.minimum
+                let floor = phase == 0 ? widths[position] : phase == 1 ? column.comfortable : column.minimum
                 return min(widths[position], max(floor, column.shortHeader?.count ?? 0))
             }
             func total() -> Int { widths.reduce(0, +) + gap * max(0, widths.count - 1) }
@@ -84,8 +85,10 @@ struct TableLayout {
                 guard let position = shrinkable.max(by: { widths[$0] - floors[$0] < widths[$1] - floors[$1] }) else { break }
                 widths[position] -= 1
             }
-            let droppable = kept.enumerated().filter { columns[$0.element].dropOrder != nil && (phase == 1 || columns[$0.element].dropsEarly) }
-            if total() <= width || (droppable.isEmpty && phase == 1) {
+            let droppable = kept.enumerated().filter {
+                columns[$0.element].dropOrder != nil && (phase == 2 || (phase == 0 && columns[$0.element].dropsEarly))
+            }
+            if total() <= width || (droppable.isEmpty && phase == 2) {
                 let headers = kept.enumerated().map { position, index in
                     let column = columns[index]
                     if column.header.count <= widths[position] { return column.header }
@@ -94,7 +97,7 @@ struct TableLayout {
                 return (kept, widths, headers)
             }
             if droppable.isEmpty {
-                phase = 1
+                phase += 1
                 continue
             }
             let drop = droppable.min { (columns[$0.element].dropOrder ?? 0) < (columns[$1.element].dropOrder ?? 0) }
