@@ -129,40 +129,6 @@ final class LocalControlCache: Sendable {
     }
 }
 
-/// A key `top` acts on.
-enum TopKey: Equatable, Sendable {
-    case up, down, pageUp, pageDown, home, end
-    case character(Character)
-
-    /// The keys in what a terminal sent: arrows as escape sequences (`ESC [ A`, or `ESC O A` in
-    /// application mode), anything else byte by byte (ASCII; other bytes are ignored).
-    static func parse(_ bytes: [UInt8]) -> [TopKey] {
-        var keys: [TopKey] = []
-        var index = 0
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == 0x1B, index + 2 < bytes.count, bytes[index + 1] == UInt8(ascii: "[") || bytes[index + 1] == UInt8(ascii: "O") {
-                let code = bytes[index + 2]
-                let tilde = index + 3 < bytes.count && bytes[index + 3] == UInt8(ascii: "~")
-                switch code {
-                case UInt8(ascii: "A"): keys.append(.up)
-                case UInt8(ascii: "B"): keys.append(.down)
-                case UInt8(ascii: "H"): keys.append(.home)
-                case UInt8(ascii: "F"): keys.append(.end)
-                case UInt8(ascii: "5") where tilde: keys.append(.pageUp)
-                case UInt8(ascii: "6") where tilde: keys.append(.pageDown)
-                default: break
-                }
-                index += tilde ? 4 : 3
-                continue
-            }
-            if byte >= 0x20 && byte < 0x7F { keys.append(.character(Character(Unicode.Scalar(byte)))) }
-            index += 1
-        }
-        return keys
-    }
-}
-
 /// The priority column and keys of `top`. Downloads carry no priority in this build: the
 /// column is shown only when `priority(of:)` gives one for some row, and `+`/`-` say that
 /// priorities are not available. When the queue gains priorities, these two are the hook.
@@ -316,7 +282,7 @@ struct TopModel {
 /// would have).
 struct TopScreen {
     enum Event: Sendable {
-        case tick, resize, key(TopKey), signal(Int32)
+        case tick, resize, key(TerminalKey), signal(Int32)
     }
 
     let source: TopSource
@@ -345,7 +311,7 @@ struct TopScreen {
                     let count = read(STDIN_FILENO, &buffer, buffer.count)
                     if count < 0 && errno == EINTR { continue }
                     if count <= 0 { return }
-                    for key in TopKey.parse(Array(buffer[0..<count])) { continuation.yield(.key(key)) }
+                    for key in TerminalKey.parse(Array(buffer[0..<count])) { continuation.yield(.key(key)) }
                 }
             }
         }
@@ -400,7 +366,7 @@ struct TopScreen {
     }
 
     /// Acts on `key`; false when top should end.
-    private func handle(_ key: TopKey, _ model: inout TopModel) async throws -> Bool {
+    private func handle(_ key: TerminalKey, _ model: inout TopModel) async throws -> Bool {
         if let pending = model.confirmingCancel {
             model.confirmingCancel = nil
             if key == .character("y") || key == .character("Y"), let entry = model.entries.first(where: { TopModel.key($0) == pending }) {

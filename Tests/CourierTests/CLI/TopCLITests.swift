@@ -28,7 +28,7 @@ struct TopModelTests {
     @Test("arrow keys (normal and application mode), page keys and letters are read from a terminal's bytes")
     func keys() {
         let bytes: [UInt8] = [0x1B, 0x5B, 0x41, 0x6A, 0x1B, 0x4F, 0x42, 0x1B, 0x5B, 0x36, 0x7E, 0x71, 0x01]
-        #expect(TopKey.parse(bytes) == [.up, .character("j"), .down, .pageDown, .character("q")])
+        #expect(TerminalKey.parse(bytes) == [.up, .character("j"), .down, .pageDown, .character("q")])
     }
 
     @Test("an active row shows its measured rate and ETA; a paused one with stale figures in the store shows neither")
