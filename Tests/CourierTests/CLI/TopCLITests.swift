@@ -234,6 +234,12 @@ struct TopCLITests {
         #expect(!pausedRow.contains("B/s"), "a paused row shows no rate: \(pausedRow)")
         #expect(paused.contains { $0.contains("paused \(product): now paused") }, "\(paused.joined(separator: "\n"))")
 
+        // A narrower terminal (SIGWINCH): redrawn for its width, the bar gives way to the percentage.
+        #expect(row.contains("["), "\(row)")
+        try tmux.run(["resize-window", "-x", "70", "-y", "30"])
+        let narrow = try tmux.screen { lines in lines.contains { $0.contains("paused") && $0.contains("%") && !$0.contains("[") } }
+        #expect(narrow.contains { $0.contains("paused") && !$0.contains("[") }, "\(narrow.joined(separator: "\n"))")
+
         try tmux.keys("q")
         #expect(waitFor { FileManager.default.fileExists(atPath: sttyFile) }, "top did not exit on q")
         #expect((try? String(contentsOfFile: exitFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) == "0")
