@@ -177,6 +177,8 @@ let package = Package(
                 // The PostgreSQL queue and refund store against a real server (Tests/CourierTests/Prestage).
                 "CourierServer",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                // The CLI's displays (top's rows, list's table, the progress bars) without a terminal.
+                "CourierCLI",
             ],
             swiftSettings: strict
         ),

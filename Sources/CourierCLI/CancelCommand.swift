@@ -11,7 +11,9 @@ struct CancelCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    @Argument(
+        help: "A download or transaction id (or an unambiguous prefix).",
+        completion: IdCompletion.kind(.unfinishedIds))
     var id: String?
 
     @Flag(name: .long, help: "Cancel every unfinished download.")

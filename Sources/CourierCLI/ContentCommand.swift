@@ -74,7 +74,9 @@ struct ContentPathCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The product (or content) identifier.")
+    @Argument(
+        help: "The product (or content) identifier.",
+        completion: IdCompletion.kind(.productsAndContent))
     var product: String
 
     func run() async throws {
@@ -219,7 +221,9 @@ struct ContentDeleteCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The product (or content) identifier.")
+    @Argument(
+        help: "The product (or content) identifier.",
+        completion: IdCompletion.kind(.productsAndContent))
     var product: String
 
     func run() async throws {
@@ -253,7 +257,9 @@ struct ContentVerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The product (or content) identifier; all delivered content when omitted.")
+    @Argument(
+        help: "The product (or content) identifier; all delivered content when omitted.",
+        completion: IdCompletion.kind(.productsAndContent))
     var product: String?
 
     @Flag(name: .long, help: "Fetch what is missing or damaged and place it again.")

@@ -30,6 +30,7 @@ struct CourierCommand: AsyncParsableCommand {
             AgentCommand.self,
             ListCommand.self,
             StatusCommand.self,
+            TopCommand.self,
             PauseCommand.self,
             ResumeCommand.self,
             CancelCommand.self,

@@ -169,39 +169,63 @@ final class DeliveryProgressView: PaymentQueueObserver, Sendable {
     }
 
     /// The lines drawn for `records` (in display order) on a terminal `width` columns wide:
-    /// one per active download (at most `maxLines`, then one line for the rest), then the total.
-    /// Rates come from `rates` (the active downloads' bytes over a moving window) measured to `now`.
+    /// one per download that moves or stopped part way (active, paused, or waiting with bytes
+    /// in; at most `maxLines`, then one line for the rest), then the total. Rates come from
+    /// `rates` (the active downloads' bytes over a moving window) measured to `now`; a paused or
+    /// waiting row says so instead of a rate and an ETA (which would be stale).
     static func render(_ records: [DownloadRecord], rates: RateWindow, now: Double, width: Int) -> [String] {
-        let active = records.filter { $0.state == .active }
+        let active = records.filter(showsBar)
         let shown = active.prefix(maxLines)
         let done = records.filter { $0.state == .finished }.count
-        var rows = shown.map { record -> ProgressLayout.Row in
-            let received = min(record.length, record.bytesReceived)
-            let fraction = record.length > 0 ? Double(received) / Double(record.length) : record.progress
-            let amount = "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(record.length))"
-            // All bytes in: the package is being unpacked and placed.
-            if record.length > 0 && received >= record.length {
-                return ProgressLayout.Row(name: record.contentIdentifier, fraction: 1, amount: amount, rate: "", eta: "unpacking")
-            }
-            let rate = rates.rate(record.id, now: now)
-            return ProgressLayout.Row(
-                name: record.contentIdentifier, fraction: fraction, amount: amount, rate: ProgressLayout.rate(rate),
-                eta: ProgressLayout.eta(record.length - received, at: rate))
-        }
+        var rows = shown.map { row($0, rates: rates, now: now) }
         let total = records.reduce(Int64(0)) { $0 + $1.length }
         let received = records.reduce(Int64(0)) {
             $0 + ($1.state == .finished ? $1.length : min($1.length, $1.bytesReceived))
         }
         let rate = rates.total(now: now)
+        // Nothing moving but some paused or waiting: no rate or ETA, which could only be stale.
+        let paused = records.contains { $0.state == .paused }
+        let moving = records.contains { $0.state == .active } || !(paused || records.contains { $0.state == .waiting })
+        let still = paused ? "paused" : "waiting"
         rows.append(
             ProgressLayout.Row(
                 name: "total (\(done)/\(records.count) done)", fraction: total > 0 ? Double(received) / Double(total) : 0,
-                amount: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))", rate: ProgressLayout.rate(rate),
-                eta: ProgressLayout.eta(total - received, at: rate)))
+                amount: "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(total))", rate: moving ? ProgressLayout.rate(rate) : "",
+                eta: moving ? ProgressLayout.eta(total - received, at: rate) : still))
         var lines = ProgressLayout.lines(rows, width: width)
         if active.count > shown.count {
             lines.insert(ProgressLayout.cut("… and \(active.count - shown.count) more downloading", max(0, width - 1)), at: lines.count - 1)
         }
         return lines
+    }
+
+    /// Whether `record` gets a line of its own: it moves, or it stopped part way.
+    static func showsBar(_ record: DownloadRecord) -> Bool {
+        switch record.state {
+        case .active, .paused: true
+        case .waiting: record.bytesReceived > 0
+        case .finished, .failed, .cancelled: false
+        }
+    }
+
+    /// The bar of one download named `name` (its content identifier by default): an active one
+    /// with its rate over `rates` and its ETA, or "unpacking" once every byte is in; any other
+    /// says its state ("paused", "waiting", "failed"...) and shows no rate or ETA.
+    static func row(_ record: DownloadRecord, name: String? = nil, rates: RateWindow, now: Double) -> ProgressLayout.Row {
+        let received = min(record.length, max(0, record.bytesReceived))
+        let fraction = record.state == .finished ? 1 : record.length > 0 ? Double(received) / Double(record.length) : record.progress
+        let amount = "\(QueueFormat.bytes(received))/\(QueueFormat.bytes(record.length))"
+        let name = name ?? record.contentIdentifier
+        guard record.state == .active else {
+            return ProgressLayout.Row(name: name, fraction: fraction, amount: amount, rate: "", eta: record.state.rawValue)
+        }
+        // All bytes in: the package is being unpacked and placed.
+        if record.length > 0 && received >= record.length {
+            return ProgressLayout.Row(name: name, fraction: 1, amount: amount, rate: "", eta: "unpacking")
+        }
+        let rate = rates.rate(record.id, now: now)
+        return ProgressLayout.Row(
+            name: name, fraction: fraction, amount: amount, rate: ProgressLayout.rate(rate),
+            eta: ProgressLayout.eta(record.length - received, at: rate))
     }
 }

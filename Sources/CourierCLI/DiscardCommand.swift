@@ -11,7 +11,9 @@ struct DiscardCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    @Argument(
+        help: "A download or transaction id (or an unambiguous prefix).",
+        completion: IdCompletion.kind(.anyIds))
     var id: String
 
     func run() async throws {

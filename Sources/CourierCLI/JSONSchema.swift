@@ -423,14 +423,14 @@ struct UpdateResult: JSONEvent {
 /// `status --watch`: the entries changed.
 struct StatusEvent: JSONEvent {
     static let event = "status"
-    static let from = "status --watch"
+    static let from = "status --watch, top"
     var entries: [QueueListing.Line]
 }
 
 /// `status --watch`: the entries once nothing moves.
 struct StatusResult: JSONEvent {
     static let event = "result"
-    static let from = "status --watch"
+    static let from = "status --watch, top"
     var entries: [QueueListing.Line]
 }
 

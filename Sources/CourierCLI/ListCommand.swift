@@ -30,9 +30,8 @@ struct ListCommand: AsyncParsableCommand {
                 output.line(all ? "The queue is empty." : "No unfinished transactions.")
                 return
             }
-            var table = [["TRANSACTION", "DOWNLOAD", "PRODUCT", "STATE", "PROGRESS", "RATE", "ETA", "ERROR", "OWNER", "SOURCE"]]
-            for entry in entries { table.append(QueueFormat.row(entry)) }
-            for line in QueueFormat.align(table) { output.line(line) }
+            let rows = entries.map(QueueFormat.row)
+            for line in QueueFormat.listTable(rows).lines(rows, width: TableLayout.stdoutWidth()) { output.line(line) }
         }
     }
 }
@@ -145,6 +144,36 @@ extension GlobalOptions {
 
 /// Text formatting shared by the queue commands.
 enum QueueFormat {
+    /// The columns of `list` for `rows` (QueueFormat.row): on a narrow terminal SOURCE, OWNER and
+    /// TRANSACTION go first, then ETA, RATE and ERROR; ids keep a prefix unique among the rows
+    /// (what `pause`, `resume` and `cancel` take), names their start and end.
+    static func listTable(_ rows: [[String]]) -> TableLayout {
+        TableLayout(columns: [
+            .init("TRANSACTION", short: "TXN", minimum: uniquePrefix(rows.map { $0[0] }), comfortable: 16, middle: false, dropOrder: 3),
+            .init("DOWNLOAD", short: "ID", minimum: uniquePrefix(rows.map { $0[1] }), comfortable: 16, middle: false),
+            .init("PRODUCT", minimum: 12, comfortable: 32),
+            .init("STATE", minimum: 7, comfortable: 12, middle: false),
+            .init("PROGRESS", short: "DONE", minimum: 4, middle: false),
+            .init("RATE", minimum: 11, middle: false, dropOrder: 5),
+            .init("ETA", minimum: 6, middle: false, dropOrder: 4),
+            .init("ERROR", minimum: 10, comfortable: 24, middle: false, dropOrder: 6),
+            .init("OWNER", minimum: 10, comfortable: 16, dropOrder: 2, dropsEarly: true),
+            .init("SOURCE", minimum: 10, comfortable: 16, dropOrder: 1, dropsEarly: true),
+        ])
+    }
+
+    /// The width an id column needs so each of `ids` keeps a prefix no other id has (and the
+    /// ellipsis after it): at least 8, as `git log --oneline` keeps 7 digits.
+    static func uniquePrefix(_ ids: [String]) -> Int {
+        let distinct = Array(Set(ids.filter { $0 != "-" })).sorted()
+        var length = 7
+        for (a, b) in zip(distinct, distinct.dropFirst()) {
+            let common = zip(a, b).prefix { $0 == $1 }.count
+            length = max(length, min(common + 1, max(a.count, b.count)))
+        }
+        return length + 1
+    }
+
     static func row(_ entry: QueueEntry) -> [String] {
         let transaction = entry.transactionId
         guard let d = entry.download else {

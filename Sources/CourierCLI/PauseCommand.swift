@@ -14,7 +14,9 @@ struct PauseCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    @Argument(
+        help: "A download or transaction id (or an unambiguous prefix).",
+        completion: IdCompletion.kind(.unfinishedIds))
     var id: String?
 
     @Flag(name: .long, help: "Pause every waiting or active download.")

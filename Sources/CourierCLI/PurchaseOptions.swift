@@ -18,7 +18,9 @@ struct PurchaseOptions: ParsableArguments {
             valueName: "file"))
     var catalogRoot: String?
 
-    @Option(name: .customLong("product"), help: ArgumentHelp("Only this product (repeatable).", valueName: "id"))
+    @Option(
+        name: .customLong("product"), help: ArgumentHelp("Only this product (repeatable).", valueName: "id"),
+        completion: IdCompletion.kind(.products))
     var products: [String] = []
 
     @Flag(help: "Restore the completed transactions of the products named by --product.")

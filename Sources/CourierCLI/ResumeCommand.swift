@@ -17,7 +17,9 @@ struct ResumeCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix).")
+    @Argument(
+        help: "A download or transaction id (or an unambiguous prefix).",
+        completion: IdCompletion.kind(.unfinishedIds))
     var id: String?
 
     @Flag(name: .long, help: "Resume every paused or failed download.")

@@ -11,7 +11,9 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A download or transaction id (or an unambiguous prefix); with --watch, none follows every unfinished one.")
+    @Argument(
+        help: "A download or transaction id (or an unambiguous prefix); with --watch, none follows every unfinished one.",
+        completion: IdCompletion.kind(.anyIds))
     var id: String?
 
     @Flag(name: .long, help: "Refresh until every download is finished, failed, cancelled or paused.")
@@ -30,9 +32,11 @@ struct StatusCommand: AsyncParsableCommand {
             if let notice = CatalogTrustNotice.read(global.layout) { output.note("courier: \(notice)") }
             var last: [QueueEntry] = []
             var shown: [String]?
+            var watcher = QueueWatcher()
             while true {
                 let request: QueueCommand = id.map { .status($0) } ?? .list(includeFinished: false, stalledOnly: false)
                 let entries = try await control.perform(request).entries
+                watcher.observe(entries)
                 guard !entries.isEmpty || !last.isEmpty else {
                     guard let id else {
                         if output.json { output.emit(StatusResult(entries: [])) } else { output.line("No unfinished transactions.") }
@@ -54,7 +58,18 @@ struct StatusCommand: AsyncParsableCommand {
                         output.emit(StatusEvent(entries: QueueListing(entries).entries))
                     }
                     shown = key
+                } else if watch && output.stderrIsTerminal && !output.json {
+                    // Bars with rates measured between refreshes, redrawn every time (a stall
+                    // shows as a falling rate); paused rows say so, with no stale rate or ETA.
+                    let records = entries.compactMap(\.download)
+                    output.statusBlock(
+                        DeliveryProgressView.render(records, rates: watcher.rates, now: watcher.now, width: output.terminalColumns))
+                } else if watch && !output.json && watcher.refreshes > 1 {
+                    // Not a terminal: after the first full view, a plain line (with its rate and
+                    // ETA when active) for each download whose line changed.
+                    for line in watcher.changedLines(entries) { output.line(line) }
                 } else if changed {
+                    _ = watcher.changedLines(entries)
                     show(entries, output: output)
                 }
                 if settled { break }
@@ -80,13 +95,6 @@ struct StatusCommand: AsyncParsableCommand {
     private func show(_ entries: [QueueEntry], output: Output) {
         if output.json {
             output.emit(document: QueueListing(entries))
-            return
-        }
-        if watch && output.stderrIsTerminal {
-            let parts = entries.compactMap { e in
-                e.download.map { "\($0.contentIdentifier) \($0.state.rawValue) \(String(format: "%.0f%%", $0.progress * 100))" }
-            }
-            output.statusBlock([parts.joined(separator: " | ")])
             return
         }
         var transaction: String?

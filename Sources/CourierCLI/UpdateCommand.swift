@@ -20,7 +20,9 @@ struct UpdateCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var receiptOptions: ReceiptOptions
 
-    @Option(name: .customLong("product"), help: ArgumentHelp("Only this product's content (repeatable).", valueName: "id"))
+    @Option(
+        name: .customLong("product"), help: ArgumentHelp("Only this product's content (repeatable).", valueName: "id"),
+        completion: IdCompletion.kind(.products))
     var products: [String] = []
 
     @Option(help: ArgumentHelp("The catalog, a file or URL (default: the configured one).", valueName: "file|url"))

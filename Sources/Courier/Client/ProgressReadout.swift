@@ -72,7 +72,7 @@ public enum ProgressLayout {
         public var fraction: Double?
         /// "1.2 MiB/4.0 MiB"
         public var amount: String
-        /// "150.0 KiB/s"
+        /// "150.0 KiB/s", or "" for a row that is not moving (then only `eta` is shown).
         public var rate: String
         /// "ETA 12s", or another last word ("unpacking").
         public var eta: String
@@ -134,7 +134,8 @@ public enum ProgressLayout {
             text += String(repeating: " ", count: percent < 10 ? 2 : percent < 100 ? 1 : 0) + "\(percent)%  "
         }
         if amount { text += row.amount + "  " }
-        return text + row.rate + "  " + row.eta
+        // A row with no rate (paused, waiting, unpacking) says only its last word.
+        return text + (row.rate.isEmpty ? "" : row.rate + "  ") + row.eta
     }
 }
 

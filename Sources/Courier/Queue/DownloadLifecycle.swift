@@ -498,7 +498,8 @@ public struct DownloadLifecycle: Sendable, Equatable {
 extension DownloadRecord {
     /// Takes the state the machine moved to (with its pause reason, error and content URL) at
     /// `now`: the one place a stored download's state changes. Progress is complete once finished;
-    /// the rate is zero until the next measurement.
+    /// the rate is zero until the next measurement, and
+    /// only an active download has a time remaining.
     mutating func apply(_ machine: DownloadLifecycle, at now: Date) {
         state = machine.state
         pauseReason = machine.pauseReason
@@ -511,6 +512,10 @@ extension DownloadRecord {
             progress = 1
             bytesReceived = length
             timeRemaining = 0
+        } else if state != .active {
+            // A paused, waiting, failed or cancelled download has no time left to show: the last
+            // estimate of its transfer would be stale (issue 31, item 6).
+            timeRemaining = nil
         }
     }
 }

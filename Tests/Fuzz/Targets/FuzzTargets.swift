@@ -16,7 +16,7 @@ public enum FuzzTargets {
     public static let names: [String] = [
         "zip", "jws", "verify-receipt", "range", "agent", "catalog", "content-info", "journal",
         "notification", "response-head", "request-path", "manifest", "multipart", "postgres-url", "authorize",
-        "prestage-plan", "tuf-metadata", "rate", "legacy-receipt",
+        "prestage-plan", "tuf-metadata", "rate", "legacy-receipt", "terminal-keys",
     ]
 
     /// Feeds `data` to the parser `name`; returns false for an unknown name.
@@ -42,6 +42,7 @@ public enum FuzzTargets {
         case "tuf-metadata": tufMetadata(data)
         case "rate": rate(data)
         case "legacy-receipt": legacyReceipt(data)
+        case "terminal-keys": terminalKeys(data)
         default: return false
         }
         return true
@@ -159,6 +160,15 @@ public enum FuzzTargets {
                 precondition((0...1440).contains(window.from) && (0...1440).contains(window.to) && window.from != window.to)
             }
         }
+    }
+
+    /// The keys `courier top` reads from its terminal: every key takes at least one byte, and
+    /// printable bytes with no escape among them are one key each.
+    static func terminalKeys(_ data: Data) {
+        let bytes = Array(data)
+        let keys = TerminalKey.parse(bytes)
+        precondition(keys.count <= bytes.count)
+        if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { precondition(keys.count == bytes.count) }
     }
 
     /// One line of the agent's control protocol, as the agent decodes it from a client.
