@@ -16,11 +16,11 @@ public struct MeteredPolicy: Sendable {
         self.allowMetered = allowMetered
     }
 
-    /// Whether `download` waits while the connection is metered. Every download of a
-    /// background process does; a delivery class of its own (prefetch content) would be
-    /// asked here too.
+    /// Whether `download` waits while the connection is metered: every download of a
+    /// background process does, and prefetch content (`DownloadRecord.isBackgroundWork`,
+    /// docs/delivery-classes.md) wherever it runs.
     public func isBackground(_ download: DownloadRecord) -> Bool {
-        !allowMetered && backgroundProcess
+        !allowMetered && (backgroundProcess || download.isBackgroundWork)
     }
 }
 

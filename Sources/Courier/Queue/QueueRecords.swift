@@ -199,7 +199,7 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     public var preservation: Catalog.Preservation = .normal
 
     /// Whether this is background work: fetched after essential work, at low priority, and
-    /// (wt/metered32) held while the connection is metered. The one predicate to hook.
+    /// held while the connection is metered (`MeteredPolicy.isBackground`).
     public var isBackgroundWork: Bool { delivery == .prefetch }
 
     /// Whether this download updates installed content (see `updateFrom`).

@@ -90,6 +90,11 @@ struct MeteredPolicyTests {
         #expect(agent.isBackground(download))
         #expect(!MeteredPolicy(backgroundProcess: true, allowMetered: true).isBackground(download))
         #expect(!MeteredPolicy(backgroundProcess: false, allowMetered: false).isBackground(download))
+        // Prefetch content is background work wherever it runs (docs/delivery-classes.md).
+        var prefetch = download
+        prefetch.delivery = .prefetch
+        #expect(MeteredPolicy(backgroundProcess: false, allowMetered: false).isBackground(prefetch))
+        #expect(!MeteredPolicy(backgroundProcess: false, allowMetered: true).isBackground(prefetch))
 
         // A foreground run's or an allowed download is not touched.
         #expect(try queue.applyConnection(metered: true, policy: MeteredPolicy(backgroundProcess: false, allowMetered: false)).isEmpty)
