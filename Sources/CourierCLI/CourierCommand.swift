@@ -34,6 +34,7 @@ struct CourierCommand: AsyncParsableCommand {
             ResumeCommand.self,
             CancelCommand.self,
             DiscardCommand.self,
+            PriorityCommand.self,
             ContentCommand.self,
             PackageCommand.self,
             ReceiptCommand.self,

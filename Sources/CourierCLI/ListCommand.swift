@@ -67,6 +67,9 @@ struct QueueListing: Encodable {
         var source: String?
         /// The catalog's mirrors of the package, tried in order after its URL.
         var mirrors: [String]?
+        /// `high`, `normal` or `low`: the one set (`courier priority`), else the default (low for
+        /// an update, normal otherwise; a foreground deliver works it at high).
+        var priority: String?
 
         struct ErrorLine: Encodable {
             var code: String
@@ -106,6 +109,7 @@ struct QueueListing: Encodable {
             updateFrom = d.updateFrom
             source = d.source?.absoluteString
             mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
+            priority = d.effectivePriority.rawValue
         }
     }
 
@@ -142,6 +146,9 @@ enum QueueFormat {
         if d.state == .paused, let reason = d.pauseReason, reason != .user { state += " (\(reason.rawValue))" }
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         if let from = d.updateFrom, d.state != .finished { state += " (update \(from) -> \(d.version))" }
+        if d.effectivePriority != .normal, d.state != .finished, d.state != .cancelled {
+            state += " [\(d.effectivePriority.rawValue)]"
+        }
         let active = d.state == .active
         let error = errorText(d)
         var owner = "-"

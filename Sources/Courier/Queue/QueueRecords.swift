@@ -183,8 +183,15 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     /// The catalog's per-entry manifest of the package, when it names one (a delta update's input).
     public var manifest: ManifestReference? = nil
 
+    /// The priority a user set (`courier priority`); nil: the default, `effectivePriority`.
+    public var priority: DownloadPriority? = nil
+
     /// Whether this download updates installed content (see `updateFrom`).
     public var isUpdate: Bool { updateFrom != nil }
+
+    /// The priority the agent works it at: the one set, else `low` for an update and `normal`
+    /// for a first delivery. A foreground `deliver` works a download without one at `high`.
+    public var effectivePriority: DownloadPriority { priority ?? (isUpdate ? .low : .normal) }
 
     /// The error, when failed or paused for an error.
     public var error: CourierError? {

@@ -9,7 +9,18 @@ enum QueueSchema {
         ("queue.v1", createV1),
         ("agent.v1", createAgentV1),
         ("queue.v2-updates", createUpdatesV2),
+        ("queue.v3-priority", createPriorityV3),
     ]
+
+    /// Priorities (issue 30): the priority a user set (`courier priority`), NULL for the
+    /// default (`DownloadRecord.effectivePriority`: normal, low for an update).
+    private static func createPriorityV3(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                ALTER TABLE downloads ADD COLUMN priority TEXT CHECK (priority IN ('high', 'normal', 'low'));
+                """
+        )
+    }
 
     /// Updates and mirrors (issue 13): `updateFrom` is the installed version a download replaces
     /// (NULL for a first delivery), `mirrors` a JSON array of more URLs serving the same bytes,

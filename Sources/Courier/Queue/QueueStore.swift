@@ -100,7 +100,7 @@ enum QueueStore {
         "id", "transactionId", "contentIdentifier", "productId", "url", "sha256", "length", "version", "placement",
         "unpackedLength", "state", "pauseReason", "progress", "bytesReceived", "rate", "timeRemaining", "lastProgressAt",
         "errorCode", "errorMessage", "etag", "lastModified", "totalLength", "durableOffset", "partialPath", "contentURL",
-        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest",
+        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest", "priority",
     ]
 
     /// `downloadColumnNames` as a select list, each name after `prefix` (a table alias and a dot).
@@ -149,6 +149,8 @@ enum QueueStore {
         record.source = source.flatMap(URL.init(string:))
         let manifest: String? = row[offset + 30]
         record.manifest = manifest.flatMap { try? decoder.decode(ManifestReference.self, from: Data($0.utf8)) }
+        let priority: String? = row[offset + 31]
+        record.priority = priority.flatMap(DownloadPriority.init(rawValue:))
         return record
     }
 
@@ -192,14 +194,22 @@ enum QueueStore {
     static func insert(_ db: Database, download d: DownloadRecord) throws {
         try db.cachedStatement(sql: """
                 INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
-                    placement, unpackedLength, state, partialPath, createdAt, updatedAt, updateFrom, mirrors, manifest)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    placement, unpackedLength, state, partialPath, createdAt, updatedAt, updateFrom, mirrors, manifest,
+                    priority)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [
                 d.id, d.transactionId, d.contentIdentifier, d.productId, d.url.absoluteString, d.sha256, d.length,
                 d.version, d.placement.rawValue, d.unpackedLength, d.state.rawValue, d.partialPath,
                 d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970, d.updateFrom,
-                encodeMirrors(d.mirrors), encodeManifest(d.manifest),
+                encodeMirrors(d.mirrors), encodeManifest(d.manifest), d.priority?.rawValue,
             ])
+    }
+
+    /// Writes the priority a user set on `d` (NULL: back to the default).
+    static func updatePriority(_ db: Database, download d: DownloadRecord) throws {
+        try db.cachedStatement(sql: "UPDATE downloads SET priority = ?, updatedAt = ? WHERE id = ?").execute(arguments: [
+            d.priority?.rawValue, d.updatedAt.timeIntervalSince1970, d.id,
+        ])
     }
 
     /// Points an existing download at new content (an update): what to fetch, from where, and
@@ -295,7 +305,8 @@ enum QueueStore {
         }
     }
 
-    /// Ids of up to `limit` downloads of `scope` a worker may claim, oldest first: waiting, paused
+    /// Ids of up to `limit` downloads of `scope` a worker may claim, by priority (high first;
+    /// `DownloadRecord.effectivePriority`), oldest first within one: waiting, paused
     /// by an interruption, or active (their owner may be dead), of a purchased or restored
     /// transaction, or of a finished one (an update, or content delivered again: a restore),
     /// and not leased to `token`. Only a narrowing for the index: whether each is taken is the
@@ -311,7 +322,8 @@ enum QueueStore {
                   AND t.state IN ('purchased', 'restored', 'finished')
                   AND (l.token IS NULL OR l.token != ?)
                   AND \(condition)
-                ORDER BY d.createdAt, d.id LIMIT ?
+                ORDER BY CASE COALESCE(d.priority, CASE WHEN d.updateFrom IS NULL THEN 'normal' ELSE 'low' END)
+                    WHEN 'high' THEN 0 WHEN 'normal' THEN 1 ELSE 2 END, d.createdAt, d.id LIMIT ?
                 """),
             arguments: [token] + arguments + [limit])
     }
