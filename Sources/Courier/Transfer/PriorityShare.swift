@@ -100,15 +100,16 @@ struct PriorityShare: Sendable {
         return member.credit.rate
     }
 
-    /// Seconds until member `id` may receive (0: now), given the shared rate and whether the
-    /// shared buckets hold a surplus (at least half full: nobody is using them up).
-    mutating func wait(_ id: UInt64, rate: Double, surplus: Bool, now: Double) -> Double {
+    /// Seconds until member `id` may receive (0: now), given the shared rate and how long until
+    /// the shared buckets hold a surplus (at least half full: nobody is using them up; 0: they
+    /// do now). A member without credit asks again by then, to take what the others leave.
+    mutating func wait(_ id: UInt64, rate: Double, untilSurplus: Double, now: Double) -> Double {
         members[id]?.lastSeen = now
         rebalance(rate: rate, now: now)
         guard var member = members[id] else { return 0 }
         let wait = member.credit.wait(now: now)
         members[id] = member
-        return surplus ? 0 : wait
+        return min(wait, max(0, untilSurplus))
     }
 
     /// Counts `bytes` member `id` received.

@@ -170,8 +170,8 @@ package final class RateLimiter: Sendable {
             var wait = state.global?.wait(now: now) ?? 0
             if trafficClass == .background, let background = state.background?.wait(now: now) { wait = max(wait, background) }
             guard let member, let rate = Self.sharedRate(state, trafficClass) else { return wait }
-            let surplus = Self.hasSurplus(state, trafficClass)
-            return max(wait, state.share.wait(member, rate: rate, surplus: surplus, now: now))
+            let untilSurplus = Self.untilSurplus(state, trafficClass)
+            return max(wait, state.share.wait(member, rate: rate, untilSurplus: untilSurplus, now: now))
         }
     }
 
@@ -191,11 +191,12 @@ package final class RateLimiter: Sendable {
         return rates.min()
     }
 
-    /// Whether every shared bucket a transfer of `trafficClass` meets is at least half full:
-    /// the transfers with the larger shares leave tokens unused, which anyone may take.
-    private static func hasSurplus(_ state: State, _ trafficClass: TrafficClass) -> Bool {
+    /// Seconds until every shared bucket a transfer of `trafficClass` meets is at least half
+    /// full if nobody takes from them (0: they are now): then the transfers with the larger
+    /// shares leave tokens unused, which anyone may take. Buckets refilled by `wait` already.
+    private static func untilSurplus(_ state: State, _ trafficClass: TrafficClass) -> Double {
         let buckets = [state.global, trafficClass == .background ? state.background : nil].compactMap { $0 }
-        return buckets.allSatisfy { $0.tokens >= $0.burst / 2 }
+        return buckets.map { max(0, ($0.burst / 2 - $0.tokens) / $0.rate) }.max() ?? 0
     }
 
     /// Looks at the schedule again when a second has passed: buckets appear, change rate or go.
