@@ -9,8 +9,8 @@ struct PriorityCommand: AsyncParsableCommand {
         abstract: "Set the priority of a download (or of every download of a transaction): high, normal or low.",
         discussion: """
             Downloads are started high first, and share a rate limit (transfer.maxRate, \
-            transfer.backgroundMaxRate, the schedule) by weight: high 96, normal 4, low 1, so a \
-            high one beside four low ones gets 96% of it and a low one never stops. Without a \
+            transfer.backgroundMaxRate, the schedule) by weight: high 400, normal 20, low 1, so a \
+            purchase beside four updates gets 83% of it and a low one never stops. Without a \
             priority set, the agent works a purchase at normal and an update at low, and a \
             foreground `courier deliver` works its downloads at high. A running download follows \
             within a heartbeat (2 s), through the agent when one runs.

@@ -7,12 +7,13 @@ public enum DownloadPriority: String, Sendable, Codable, CaseIterable, Comparabl
     case low, normal, high
 
     /// The download's share of a rate limit it contends for, against the others' (`PriorityShare`):
-    /// one high transfer beside four low ones gets 96/100 of the limit, beside four normal ones
-    /// 96/112 (86%); one low transfer beside a high one still gets 1/97.
+    /// a new purchase (normal) beside four updates (low) gets 20/24 (83%) of the limit, a high
+    /// one beside four normal ones 400/480 (83%), beside four low ones 400/404; a low one
+    /// beside a high one still gets 1/401, so it never stops.
     public var weight: Double {
         switch self {
-        case .high: 96
-        case .normal: 4
+        case .high: 400
+        case .normal: 20
         case .low: 1
         }
     }

@@ -57,6 +57,42 @@ struct AgentShutdownTests {
         }
     }
 
+    @Test("SIGHUP reloads the rate limits from the edited file; a bad file keeps them and says why; the agent runs on")
+    func sighupReload() throws {
+        let shop = try AgentShop()
+        defer { shop.stop() }
+        func write(_ json: String) throws { try Data(json.utf8).write(to: shop.configFile) }
+        try write(#"{"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRate": "8M"}}"#)
+        let storage = shop.storage()
+        let agent = try shop.startAgent(storage: storage)
+        defer { if agent.isRunning { _ = stopProcess(agent, signal: SIGKILL) } }
+        let logs = try FileManager.default.contentsOfDirectory(at: shop.directory.url, includingPropertiesForKeys: nil)
+            .filter { $0.lastPathComponent.hasPrefix("agent-") && $0.pathExtension == "log" }
+        let logFile = try #require(logs.first)
+        func log() -> String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
+        #expect(log().contains("max-rate=8M"), "\(log())")
+
+        try write(
+            #"{"queue": {"heartbeatInterval": 0.5, "leaseDuration": 4}, "transfer": {"maxRate": "3M", "backgroundMaxRate": "1M", "rateSchedule": [{"from": "09:00", "to": "17:00", "maxRate": "500k"}]}}"#
+        )
+        kill(agent.processIdentifier, SIGHUP)
+        #expect(waitUntil(30) { log().contains("configuration reloaded") }, "\(log())")
+        let reloaded = log().split(separator: "\n").first { $0.contains("configuration reloaded") }.map(String.init) ?? ""
+        #expect(reloaded.contains("max-rate=3M") && reloaded.contains("background-max-rate=1M"), "\(reloaded)")
+        #expect(reloaded.contains("rate-schedule=09:00-17:00=500k/none"), "\(reloaded)")
+
+        try write(#"{"transfer": {"maxRate": "fast"}}"#)
+        kill(agent.processIdentifier, SIGHUP)
+        #expect(waitUntil(30) { log().contains("cannot reload the configuration") }, "\(log())")
+        let refused = log().split(separator: "\n").first { $0.contains("cannot reload") }.map(String.init) ?? ""
+        #expect(refused.contains("transfer.maxRate") && refused.contains("keeping the one in force"), "\(refused)")
+        // Still serving, with the limits of the last good file.
+        #expect(agent.isRunning)
+        #expect((try? AgentClient(socketPath: StorageLayout(root: storage).agentSocket.path, timeout: 10).send(AgentRequest(.list)))?.ok == true)
+        #expect(stopProcess(agent))
+        #expect(agent.terminationStatus == 0)
+    }
+
     /// Connects to the Unix socket at `path` and closes at once; false when nothing listens.
     static func connectAndClose(_ path: String) -> Bool {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)

@@ -72,9 +72,10 @@ struct PriorityShareTests {
         RateLimiter(limits: RateLimits(backgroundMaxRate: try ByteRate(bytesPerSecond: rate))) { 0 }
     }
 
-    @Test("weights 96/4/1; a priority parses from its name only")
+    @Test("weights 400/20/1; a priority parses from its name only")
     func weights() throws {
         #expect(DownloadPriority.high.weight / (DownloadPriority.high.weight + 4 * DownloadPriority.normal.weight) >= 0.8)
+        #expect(DownloadPriority.normal.weight / (DownloadPriority.normal.weight + 4 * DownloadPriority.low.weight) >= 0.8)
         #expect(DownloadPriority.high > .normal && DownloadPriority.normal > .low)
         #expect(try DownloadPriority(parsing: "HIGH") == .high)
         for bad in ["", "urgent", "1", "hi"] {
@@ -100,17 +101,30 @@ struct PriorityShareTests {
             let inSecond = all.map { $0.perSecond[second] ?? 0 }.reduce(0, +)
             #expect(Double(purchase.perSecond[second] ?? 0) >= 0.8 * Double(inSecond), "second \(second)")
         }
-        // Nothing starves: each low one still gets about its 1/100 in every 10 s of the run.
+        // Nothing starves: each low one still gets about its 1/404 in every 10 s of the run.
         for update in updates {
             for from in stride(from: 10, to: 600, by: 10) {
-                #expect(Double(update.received(from: Double(from), to: Double(from + 10))) >= Double(Self.rate) * 10 / 100 * 0.5)
+                #expect(Double(update.received(from: Double(from), to: Double(from + 10))) >= Double(Self.rate) * 10 / 404 * 0.5)
             }
         }
         // And the limit holds overall.
         #expect(Double(all.map(\.received).reduce(0, +)) <= Double(Self.rate) * 600 * 1.01)
     }
 
-    @Test("beside four normal transfers a high one gets at least 80% (96/112)")
+    @Test("a new purchase at its default (normal) beside four updates (low): at least 80% from its first 2 s")
+    func purchaseBesideUpdatesAtDefaults() throws {
+        let limiter = try Self.limiter()
+        let updates = (0..<4).map { Receiver(limiter, .low, id: "u\($0)", start: 0) }
+        let purchase = Receiver(limiter, .normal, id: "p", start: 5)
+        Self.simulate(updates + [purchase], until: 65)
+        for from in stride(from: 5, to: 65, by: 2) {
+            let total = (updates + [purchase]).map { $0.received(from: Double(from), to: Double(from + 2)) }.reduce(0, +)
+            #expect(Double(purchase.received(from: Double(from), to: Double(from + 2))) >= 0.8 * Double(total), "from \(from) s")
+        }
+        #expect(updates.allSatisfy { $0.received(from: 5, to: 65) > 0 })
+    }
+
+    @Test("beside four normal transfers a high one gets at least 80% (400/480)")
     func besideNormal() throws {
         let limiter = try Self.limiter()
         let others = (0..<4).map { Receiver(limiter, .normal, id: "n\($0)", start: 0) }
