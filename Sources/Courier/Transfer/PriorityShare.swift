@@ -94,13 +94,6 @@ struct PriorityShare: Sendable {
         return found
     }
 
-    /// The share of `rate` member `id` earns now (bytes per second); 0 for an unknown member.
-    mutating func share(of id: UInt64, rate: Double, now: Double) -> Double {
-        rebalance(rate: rate, now: now)
-        guard let member = members[id] else { return 0 }
-        return member.credit.rate
-    }
-
     /// Seconds until member `id` may receive (0: now), given the shared rate and how long until
     /// the shared buckets hold a surplus (at least half full: nobody is using them up; 0: they
     /// do now). A member without credit asks again by then, to take what the others leave.

@@ -153,15 +153,6 @@ package final class RateLimiter: Sendable {
         state.withLock { $0.share.setPriority(priority, downloadId: downloadId) }
     }
 
-    /// The share of the limits `member` earns now (bytes per second), nil when no limit applies.
-    func share(of member: UInt64, _ trafficClass: TrafficClass, now: Double) -> Int64? {
-        state.withLock { state in
-            refresh(&state, now: now)
-            guard let rate = Self.sharedRate(state, trafficClass) else { return nil }
-            return Int64(state.share.share(of: member, rate: rate, now: now))
-        }
-    }
-
     /// Seconds until a transfer of `trafficClass` may receive again (0: now): the shared buckets,
     /// then (for a `member`) its share of them by priority.
     func wait(_ trafficClass: TrafficClass, member: UInt64? = nil, now: Double) -> Double {
