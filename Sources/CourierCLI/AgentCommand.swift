@@ -14,6 +14,8 @@ struct AgentCommand: AsyncParsableCommand {
             and those paused for disk space once they fit with the reserve. It POSTs each \
             finished transaction id to the finish webhook until acknowledged. \
             SIGTERM or SIGINT checkpoints and pauses active downloads and exits within 5 seconds. \
+            SIGHUP reloads the rate limits of the configuration file (transfer.maxRate, \
+            backgroundMaxRate, rateSchedule) without restarting transfers; a bad file keeps the old ones. \
             `courier enqueue`, list, status, pause, resume, cancel and discard go through the \
             socket while the agent runs (protocol: docs/agent.md).
             """)
@@ -71,6 +73,21 @@ struct AgentCommand: AsyncParsableCommand {
             options.checkInterval = checkInterval
             // Under systemd (Type=notify): ready once the control socket listens.
             options.onReady = { SystemdNotify.send("READY=1\nSTATUS=delivering; control socket \(layout.agentSocket.path)") }
+            // SIGHUP (systemctl reload): the rate limits of the configuration file, applied live.
+            let global = self.global
+            let reloadLogger = logger
+            let reloader = ConfigurationReloader(
+                load: { try global.loadConfiguration() }, apply: { client.updateRateLimits($0) }
+            ) { applied, message, details in
+                let metadata = details.mapValues { Logger.MetadataValue.string($0) }
+                if applied {
+                    reloadLogger.info("\(message)", metadata: metadata)
+                } else {
+                    reloadLogger.error("\(message)", metadata: metadata)
+                }
+            }
+            defer { reloader.stop() }
+            logger.debug("rate limits", metadata: ConfigurationReloader.describe(client.rateLimits).mapValues { .string($0) })
             try await client.runAgent(options: options)
         }
     }

@@ -35,6 +35,7 @@ struct CourierCommand: AsyncParsableCommand {
             ResumeCommand.self,
             CancelCommand.self,
             DiscardCommand.self,
+            PriorityCommand.self,
             ContentCommand.self,
             WaitCommand.self,
             PackageCommand.self,

@@ -51,6 +51,26 @@ struct DeliverCommand: AsyncParsableCommand {
                 if let limitRate { transfer.limitRate = try? RateOption.parse(limitRate) }
             }
             defer { client.shutdown() }
+            // SIGHUP: the rate limits of the configuration file, applied to the running transfers.
+            let global = self.global
+            let reloader = ConfigurationReloader(
+                load: { try global.loadConfiguration() }, apply: { client.updateRateLimits($0) }
+            ) { applied, message, details in
+                if output.json {
+                    if applied {
+                        output.emit(
+                            ReloadedEvent(
+                                message: message, maxRate: details["max-rate"] ?? "none",
+                                backgroundMaxRate: details["background-max-rate"] ?? "none", rateSchedule: details["rate-schedule"] ?? "none"))
+                    } else {
+                        output.emit(ReloadFailedEvent(message: message, error: details["error"] ?? ""))
+                    }
+                } else {
+                    let said = details.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                    output.note("courier: \(message): \(said)")
+                }
+            }
+            defer { reloader.stop() }
             let plan = try await client.planDelivery(purchase.purchase())
             if let notInCatalog = plan.notInCatalog, !output.json { output.note("courier: \(notInCatalog.message)") }
             switch plan.action {

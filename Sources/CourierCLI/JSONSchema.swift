@@ -278,6 +278,40 @@ struct QueueChangeResult: JSONEvent {
     var downloads: [Download]
 }
 
+/// `priority`: the downloads whose priority changed (empty: nothing to do).
+struct PriorityResult: JSONEvent {
+    static let event = "result"
+    static let from = "priority"
+    struct Download: Encodable, Sendable {
+        var downloadId: String
+        var transactionId: String
+        var state: String
+        var priority: String
+    }
+    /// The priority asked for.
+    var priority: String
+    var downloads: [Download]
+}
+
+/// SIGHUP reloaded the configuration's rate limits (`none`: unset).
+struct ReloadedEvent: JSONEvent {
+    static let event = "reloaded"
+    static let from = "deliver"
+    var message: String
+    var maxRate: String
+    var backgroundMaxRate: String
+    /// The windows, `HH:MM-HH:MM=rate/background`, comma-separated.
+    var rateSchedule: String
+}
+
+/// SIGHUP found a configuration that does not load; the limits in force stay.
+struct ReloadFailedEvent: JSONEvent {
+    static let event = "reloadFailed"
+    static let from = "deliver"
+    var message: String
+    var error: String
+}
+
 /// `resume` without an agent: the downloads resumed, which it then delivers (its `result` is
 /// `deliver`'s).
 struct ResumedEvent: JSONEvent {
@@ -747,6 +781,9 @@ enum JSONSchema {
             ContentOpenResult(
                 contentIdentifier: "p", contentPath: "/c", delivery: "onDemand", preservation: "normal", pin: "open", fetched: true),
             ContentCloseResult(contentIdentifier: "p", wasPinned: true),
+            PriorityResult(priority: "high", downloads: [.init(downloadId: "d1", transactionId: "t1", state: "waiting", priority: "high")]),
+            ReloadedEvent(message: "configuration reloaded", maxRate: "8M", backgroundMaxRate: "none", rateSchedule: "09:00-17:00=1M/none"),
+            ReloadFailedEvent(message: "cannot reload the configuration; keeping the one in force", error: "e"),
             WaitEssentialResult(essentialPlaced: true),
             WaitingEvent(pending: ["p"]),
             GetMirrorEvent(

@@ -70,6 +70,9 @@ struct QueueListing: Encodable {
         var delivery: String?
         /// The content's purge order once placed (`low`, `normal`, `high`).
         var preservation: String?
+        /// `high`, `normal` or `low`: the one set (`courier priority`), else the default (low for
+        /// an update, normal otherwise; a foreground deliver works it at high).
+        var priority: String?
 
         struct ErrorLine: Encodable, Sendable {
             var code: String
@@ -113,6 +116,7 @@ extension QueueListing.Line {
         mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
         delivery = d.delivery.rawValue
         preservation = d.preservation.rawValue
+        priority = d.effectivePriority.rawValue
     }
 
     /// A sample with every field set (JSONSchema.allExamples).
@@ -122,7 +126,7 @@ extension QueueListing.Line {
             state: "active", pauseReason: "user", progress: 0.5, bytesReceived: 1, contentLength: 2, contentVersion: "2",
             placement: "applicationSupport", rate: 1, timeRemaining: 1, error: ErrorLine(code: "network", message: "m"),
             contentPath: "/c", owner: owner, stalled: "network", updateFrom: "1", source: "http://x", mirrors: ["http://y"],
-            delivery: "prefetch", preservation: "low")
+            delivery: "prefetch", preservation: "low", priority: "low")
     }
 }
 
@@ -185,6 +189,9 @@ enum QueueFormat {
         if let stalled = entry.stalled, d.state == .active { state += " (stalled: \(stalled.rawValue))" }
         if let from = d.updateFrom, d.state != .finished { state += " (update \(from) -> \(d.version))" }
         if d.delivery != .essential { state += " (\(d.delivery.rawValue))" }
+        if d.effectivePriority != .normal, d.state != .finished, d.state != .cancelled {
+            state += " [\(d.effectivePriority.rawValue)]"
+        }
         let active = d.state == .active
         let error = errorText(d)
         var owner = "-"

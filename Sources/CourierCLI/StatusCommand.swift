@@ -105,7 +105,7 @@ struct StatusCommand: AsyncParsableCommand {
             }
             guard let d = entry.download else { continue }
             output.line("  download \(d.id)  \(d.contentIdentifier)  \(d.state.rawValue)\(d.pauseReason.map { " (\($0.rawValue))" } ?? "")")
-            output.line("    progress \(String(format: "%.1f%%", d.progress * 100))  \(QueueFormat.bytes(d.bytesReceived)) of \(QueueFormat.bytes(d.length))  version \(d.version)  placement \(d.placement.rawValue)  class \(d.delivery.rawValue)")
+            output.line("    progress \(String(format: "%.1f%%", d.progress * 100))  \(QueueFormat.bytes(d.bytesReceived)) of \(QueueFormat.bytes(d.length))  version \(d.version)  placement \(d.placement.rawValue)  class \(d.delivery.rawValue)  priority \(d.effectivePriority.rawValue)")
             if d.state == .active {
                 output.line("    rate \(QueueFormat.bytes(Int64(d.rate)))/s  ETA \(QueueFormat.duration(d.timeRemaining))")
             }

@@ -129,15 +129,26 @@ final class LocalControlCache: Sendable {
     }
 }
 
-/// The priority column and keys of `top`. Downloads carry no priority in this build: the
-/// column is shown only when `priority(of:)` gives one for some row, and `+`/`-` say that
-/// priorities are not available. When the queue gains priorities, these two are the hook.
+/// The priority column and keys of `top`: a download's priority (the one set, else its default:
+/// `DownloadRecord.effectivePriority`), and `+`/`-` to move the selected download one step up or
+/// down (`courier priority`, through the agent when one runs).
 enum TopPriority {
-    static func priority(of entry: QueueEntry) -> String? { nil }
+    static func priority(of entry: QueueEntry) -> String? {
+        guard let download = entry.download, download.state != .finished, download.state != .cancelled else { return nil }
+        return download.effectivePriority.rawValue
+    }
 
     /// Raises (`step` > 0) or lowers the priority of `entry`; returns the line to show.
     static func change(_ entry: QueueEntry, by step: Int, control: any QueueControl) async throws -> String {
-        throw CourierError(.usage, "priorities are not available in this version of Courier")
+        guard let download = entry.download else { throw CourierError(.usage, "select a download to change its priority") }
+        let order: [DownloadPriority] = [.low, .normal, .high]
+        let current = order.firstIndex(of: download.effectivePriority) ?? 1
+        let next = order[min(max(current + step, 0), order.count - 1)]
+        if next == download.effectivePriority {
+            return "\(download.id) is at priority \(next.rawValue) already"
+        }
+        _ = try await control.perform(.priority(.id(download.id), next))
+        return "priority of \(download.id): now \(next.rawValue)"
     }
 }
 

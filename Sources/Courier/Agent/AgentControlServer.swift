@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -41,29 +42,52 @@ final class AgentControlServer: Sendable {
     func run() async throws {
         defer { unlink(listener.path) }
         let server: NIOAsyncChannel<Connection, Never>
+        let book = ConnectionBook()
         do {
             server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .bind(listener.descriptor) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(ControlLineDecoder()))
-                        return try Connection(wrappingChannelSynchronously: channel)
+                        let connection = try Connection(wrappingChannelSynchronously: channel)
+                        book.add(connection)
+                        return connection
                     }
                 }
         } catch {
             Glibc.close(listener.descriptor)
             throw CourierError(.io, "cannot serve the control socket \(listener.path)", cause: "\(error)")
         }
-        // Cancelling the task ends the accept loop and every client task with it.
-        try await withThrowingDiscardingTaskGroup { group in
-            try await server.executeThenClose { clients in
-                for try await client in clients {
-                    group.addTask { await self.serve(client) }
+        // A client channel NIO accepted but dropped before it reached `serve` traps when its
+        // writer is freed unfinished ("Deinited NIOAsyncWriter without calling finish()",
+        // apple/swift-nio #2637, #3481): SIGTERM between an accept and its serve did that,
+        // NIO dropping the connections buffered in (or yielded to) the ending accept stream.
+        // So every connection is held in `book` from its creation until it is served and
+        // closed, and the accept loop runs in a task nobody cancels: cancelling `run()`
+        // closes the listening channel, the stream ends after handing over what it holds, the
+        // children still serving are cancelled (each closes its connection), and the
+        // connections that never reached `serve` are closed here.
+        let accept = Task {
+            try await withThrowingDiscardingTaskGroup { group in
+                try await server.executeThenClose { clients in
+                    for try await client in clients {
+                        group.addTask { await self.serve(client, book: book) }
+                    }
                 }
+                group.cancelAll()
             }
+            for connection in book.closeAll() {
+                try? await connection.executeThenClose { _, _ in }
+            }
+        }
+        try await withTaskCancellationHandler {
+            try await accept.value
+        } onCancel: {
+            server.channel.close(promise: nil)
         }
     }
 
-    private func serve(_ connection: Connection) async {
+    private func serve(_ connection: Connection, book: ConnectionBook) async {
+        defer { book.remove(connection) }
         do {
             try await connection.executeThenClose { inbound, outbound in
                 let credentials = try? await Self.peerCredentials(connection.channel)
@@ -135,6 +159,44 @@ final class AgentControlServer: Sendable {
             }
             while try await lines.next() != nil {}  // until the client closes
             group.cancelAll()
+        }
+    }
+}
+
+/// The control connections NIO made and `serve` has not finished yet (`AgentControlServer.run`):
+/// holding them keeps an unserved connection's writer from being freed unfinished. Once
+/// closed, a connection made late (accepted while the listener closed) is closed at once and
+/// kept until the process exits.
+final class ConnectionBook: Sendable {
+    typealias Connection = AgentControlServer.Connection
+    private struct State {
+        var open: [ObjectIdentifier: Connection] = [:]
+        var closed = false
+    }
+    private let state = Mutex(State())
+    private static let late = Mutex<[Connection]>([])
+
+    func add(_ connection: Connection) {
+        let closed = state.withLock { state in
+            if !state.closed { state.open[ObjectIdentifier(connection.channel)] = connection }
+            return state.closed
+        }
+        if closed {
+            Self.late.withLock { $0.append(connection) }
+            connection.channel.close(promise: nil)
+        }
+    }
+
+    func remove(_ connection: Connection) {
+        _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(connection.channel)) }
+    }
+
+    /// The connections still held, handed over for closing; later ones are closed as they come.
+    func closeAll() -> [Connection] {
+        state.withLock { state in
+            state.closed = true
+            defer { state.open = [:] }
+            return Array(state.open.values)
         }
     }
 }

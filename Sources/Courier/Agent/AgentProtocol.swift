@@ -4,11 +4,11 @@ import Foundation
 public struct AgentRequest: Sendable, Codable, Equatable {
     /// The operations the agent serves.
     public enum Command: String, Sendable, Codable {
-        case enqueue, list, status, pause, resume, cancel, discard, subscribe
+        case enqueue, list, status, pause, resume, cancel, discard, priority, subscribe
     }
 
     public var command: Command
-    /// `pause`, `resume`, `cancel`, `discard`: download ids, transaction ids or unambiguous
+    /// `pause`, `resume`, `cancel`, `discard`, `priority`: download ids, transaction ids or unambiguous
     /// prefixes; `status`: the one id to show.
     public var ids: [String]?
     /// `list`: include finished transactions. `pause`, `resume`, `cancel`: every download the
@@ -24,6 +24,8 @@ public struct AgentRequest: Sendable, Codable, Equatable {
     public var products: [String]?
     /// `enqueue`: restore the completed transactions of `products`.
     public var restore: Bool?
+    /// `priority`: `high`, `normal` or `low`.
+    public var priority: String?
 
     public init(
         _ command: Command, ids: [String]? = nil, all: Bool? = nil, stalled: Bool? = nil, receipt: Data? = nil,
@@ -70,7 +72,7 @@ public struct AgentResponse: Sendable, Codable, Equatable {
     public var error: Failure?
     /// `list`, `status`: the queue's lines.
     public var entries: [QueueEntry]?
-    /// `pause`, `resume`, `cancel`, `discard`: the downloads that changed. `enqueue`: the queued
+    /// `pause`, `resume`, `cancel`, `discard`, `priority`: the downloads that changed. `enqueue`: the queued
     /// transactions' downloads. Events: updated downloads.
     public var downloads: [DownloadRecord]?
     /// `enqueue`: the queued transactions as stored. Events: updated or removed transactions.

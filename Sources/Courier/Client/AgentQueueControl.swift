@@ -51,6 +51,9 @@ extension AgentRequest {
         case .resume(let t): self = target(.resume, t)
         case .cancel(let t): self = target(.cancel, t)
         case .discard(let t): self = target(.discard, t)
+        case .priority(let t, let priority):
+            self = target(.priority, t)
+            self.priority = priority.rawValue
         case .enqueue(let purchase):
             self.init(
                 .enqueue,
@@ -77,6 +80,9 @@ extension AgentRequest {
         case .resume: return .resume(target)
         case .cancel: return .cancel(target)
         case .discard: return .discard(target)
+        case .priority:
+            guard let priority else { throw CourierError(.usage, "priority needs a priority (high, normal or low)") }
+            return .priority(target, try DownloadPriority(parsing: priority))
         case .enqueue:
             guard let receipt = receiptData, !receipt.isEmpty else {
                 throw CourierError(.usage, "enqueue needs the receipt's bytes (base64)")
@@ -103,7 +109,7 @@ extension AgentResponse {
         self.init()
         switch command {
         case .list, .status: entries = result.entries
-        case .pause, .resume, .cancel, .discard: downloads = result.downloads
+        case .pause, .resume, .cancel, .discard, .priority: downloads = result.downloads
         case .enqueue:
             transactions = result.transactions
             downloads = result.downloads

@@ -112,6 +112,15 @@ public final class CourierClient: Sendable {
         )
     }
 
+    /// Replaces the rate limits of this client's transfers (a configuration reloaded on
+    /// SIGHUP): running transfers follow from their next chunk on, without a restart.
+    public func updateRateLimits(_ limits: RateLimits) {
+        engine.updateRateLimits(limits)
+    }
+
+    /// The rate limits in force (as configured or last reloaded).
+    public var rateLimits: RateLimits { engine.rateLimiter.limits }
+
     /// Stops the transfer engine. Nothing may run on the client afterwards.
     public func shutdown() {
         engine.shutdown()

@@ -45,6 +45,12 @@ public struct LocalQueueControl: QueueControl {
         case .discard(let target):
             guard case .ids = target else { throw CourierError(.usage, "discard needs download or transaction ids") }
             return try apply("discard", target, states: []) { try queue.discard($0).map { [$0] } ?? [] }
+        case .priority(let target, let priority):
+            guard case .ids = target else { throw CourierError(.usage, "priority needs download or transaction ids") }
+            let result = try apply("priority", target, states: []) { try queue.setPriority(priority, [$0]) }
+            // Running here (the agent's own downloads): their share follows at once.
+            if let client { for download in result.downloads { client.pipeline.downloader.reprioritize(download) } }
+            return result
         case .enqueue(let purchase):
             guard let client else { throw CourierError(.internal, "this queue control cannot enqueue") }
             let enqueued = try await client.enqueue(purchase)

@@ -46,6 +46,8 @@ public enum QueueCommand: Sendable, Equatable {
     case cancel(QueueTarget)
     /// Drops partial data (ids only); refused while a download is active.
     case discard(QueueTarget)
+    /// Sets the priority of unfinished downloads (ids only).
+    case priority(QueueTarget, DownloadPriority)
     /// Validates the receipt, entitles it in the catalog and queues what it proves.
     case enqueue(Purchase)
 }
@@ -54,7 +56,7 @@ public enum QueueCommand: Sendable, Equatable {
 public struct QueueResult: Sendable, Equatable {
     /// `list`, `status`: the queue's lines.
     public var entries: [QueueEntry]
-    /// `pause`, `resume`, `cancel`, `discard`: the downloads that changed. `enqueue`: the
+    /// `pause`, `resume`, `cancel`, `discard`, `priority`: the downloads that changed. `enqueue`: the
     /// queued transactions' downloads.
     public var downloads: [DownloadRecord]
     /// `enqueue`: the queued transactions as stored.

@@ -47,6 +47,7 @@ public struct TransferDownloadStage: ContentDownloading {
             partialFile: URL(fileURLWithPath: download.partialPath), expectedLength: download.length,
             expectedSHA256: download.sha256, headers: headers + credentials(download), additionalSpaceNeeded: unpackedSpace(download))
         request.mirrors = download.mirrors
+        request.priority = priority(of: download)
         // `PaymentQueue.installed` resets the journal in the commit that records the download
         // placed (and a failure that drops the package resets it too): no write of its own here.
         request.resetsJournalWhenPlaced = false
@@ -60,6 +61,17 @@ public struct TransferDownloadStage: ContentDownloading {
                     bytesPerSecond: update.bytesPerSecond, timeRemaining: update.timeRemaining, source: update.source))
         }
         return result.file
+    }
+
+    /// The priority `download` transfers at here: the one a user set, else `high` in a
+    /// foreground engine (`deliver`: someone waits at a terminal) unless it is prefetch content,
+    /// else its default (`DownloadRecord.effectivePriority`: normal; low for an update or prefetch).
+    public func priority(of download: DownloadRecord) -> DownloadPriority {
+        download.priority ?? (engine.trafficClass == .foreground && !download.isBackgroundWork ? .high : download.effectivePriority)
+    }
+
+    public func reprioritize(_ download: DownloadRecord) {
+        engine.setPriority(priority(of: download), downloadId: download.id)
     }
 }
 

@@ -344,6 +344,7 @@ public final class DeliveryPipeline: Sendable {
         _ id: String, stoppable: Bool, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         let queue = self.queue
+        let downloader = self.downloader
         // Watched before the state is first checked, so no stop falls between the two.
         let stop = stoppable ? queue.watchStop(id) : nil
         defer { if let stop { queue.unwatchStop(id, stop) } }
@@ -351,8 +352,14 @@ public final class DeliveryPipeline: Sendable {
             group.addTask { try await body() }
             group.addTask {
                 let interval = UInt64(queue.configuration.heartbeatInterval * 1e9)
+                var priority = (try? queue.download(id))?.priority
                 while (try? await Task.sleep(nanoseconds: interval)) != nil {
                     if (try? queue.heartbeat(id)) != true { return nil }
+                    // A priority set meanwhile (`courier priority`, here or in another process).
+                    if let record = try? queue.download(id), record.priority != priority {
+                        priority = record.priority
+                        downloader.reprioritize(record)
+                    }
                 }
                 return nil
             }

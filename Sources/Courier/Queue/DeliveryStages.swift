@@ -32,6 +32,14 @@ public protocol ContentDownloading: Sendable {
         journal: any ResumeJournalStore,
         progress: @escaping @Sendable (DownloadProgress) -> Void
     ) async throws -> URL
+
+    /// `download`'s priority changed while it may be running (`courier priority`, seen at a
+    /// heartbeat): a running transfer's share follows. Default: nothing.
+    func reprioritize(_ download: DownloadRecord)
+}
+
+extension ContentDownloading {
+    public func reprioritize(_ download: DownloadRecord) {}
 }
 
 /// The unpack-and-place stage: extracts a verified package into staging and places it in Caches

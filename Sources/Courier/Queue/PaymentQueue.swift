@@ -212,6 +212,30 @@ public final class PaymentQueue: Sendable {
         try downloadIds.compactMap { id in try transition(id, .resume) }
     }
 
+    /// Sets the priority of downloads that are not finished or cancelled: the order they are
+    /// claimed and admitted in, and their share of the rate limits. A running one follows at
+    /// once in this process (`onPriority`), at its owner's next heartbeat in another.
+    @discardableResult
+    public func setPriority(_ priority: DownloadPriority, _ downloadIds: [String], now: Date = Date()) throws -> [DownloadRecord] {
+        try downloadIds.compactMap { id in
+            try commit { db -> (DownloadRecord?, [PaymentQueueEvent]) in
+                guard var record = try QueueStore.fetchDownload(db, id: id) else {
+                    throw CourierError(.notFound, "no download \(id)")
+                }
+                guard record.state != .finished && record.state != .cancelled else {
+                    throw CourierError(
+                        .invalidState, "download \(id) is \(record.state.rawValue): its priority no longer matters",
+                        hint: "give the id of a download that is not finished or cancelled")
+                }
+                if record.priority == priority { return (nil, []) }
+                record.priority = priority
+                record.updatedAt = now
+                try QueueStore.updatePriority(db, download: record)
+                return (record, [.updatedDownloads([record])])
+            }
+        }
+    }
+
     /// Cancels downloads and drops their partial data.
     @discardableResult
     public func cancel(_ downloadIds: [String]) throws -> [DownloadRecord] {

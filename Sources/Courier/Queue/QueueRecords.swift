@@ -202,8 +202,16 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     /// held while the connection is metered (`MeteredPolicy.isBackground`).
     public var isBackgroundWork: Bool { delivery == .prefetch }
 
+    /// The priority a user set (`courier priority`); nil: the default, `effectivePriority`.
+    public var priority: DownloadPriority? = nil
+
     /// Whether this download updates installed content (see `updateFrom`).
     public var isUpdate: Bool { updateFrom != nil }
+
+    /// The priority the agent works it at: the one set, else `low` for an update or prefetch
+    /// content (`isBackgroundWork`) and `normal` for a first delivery. A foreground `deliver`
+    /// works a download without one at `high` (prefetch content at `low`).
+    public var effectivePriority: DownloadPriority { priority ?? (isUpdate || isBackgroundWork ? .low : .normal) }
 
     /// The error, when failed or paused for an error.
     public var error: CourierError? {

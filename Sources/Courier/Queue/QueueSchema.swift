@@ -10,7 +10,18 @@ enum QueueSchema {
         ("agent.v1", createAgentV1),
         ("queue.v2-updates", createUpdatesV2),
         ("queue.v3-classes", createClassesV3),
+        ("queue.v4-priority", createPriorityV4),
     ]
+
+    /// Priorities (issue 30): the priority a user set (`courier priority`), NULL for the
+    /// default (`DownloadRecord.effectivePriority`: normal; low for an update or prefetch content).
+    private static func createPriorityV4(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                ALTER TABLE downloads ADD COLUMN priority TEXT CHECK (priority IN ('high', 'normal', 'low'));
+                """
+        )
+    }
 
     /// Delivery classes (issue 32): each download's content class (`essential`, `prefetch`,
     /// `onDemand`) and preservation (`low`, `normal`, `high`); rows from before are essential

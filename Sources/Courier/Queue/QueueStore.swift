@@ -100,7 +100,7 @@ enum QueueStore {
         "id", "transactionId", "contentIdentifier", "productId", "url", "sha256", "length", "version", "placement",
         "unpackedLength", "state", "pauseReason", "progress", "bytesReceived", "rate", "timeRemaining", "lastProgressAt",
         "errorCode", "errorMessage", "etag", "lastModified", "totalLength", "durableOffset", "partialPath", "contentURL",
-        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest", "delivery", "preservation",
+        "createdAt", "updatedAt", "updateFrom", "mirrors", "source", "manifest", "delivery", "preservation", "priority",
     ]
 
     /// `downloadColumnNames` as a select list, each name after `prefix` (a table alias and a dot).
@@ -154,6 +154,8 @@ enum QueueStore {
         record.delivery = delivery.flatMap(Catalog.DeliveryClass.init(rawValue:)) ?? .essential
         let preservation: String? = row[offset + 32]
         record.preservation = preservation.flatMap(Catalog.Preservation.init(rawValue:)) ?? .normal
+        let priority: String? = row[offset + 33]
+        record.priority = priority.flatMap(DownloadPriority.init(rawValue:))
         return record
     }
 
@@ -198,14 +200,22 @@ enum QueueStore {
         try db.cachedStatement(sql: """
                 INSERT INTO downloads (id, transactionId, contentIdentifier, productId, url, sha256, length, version,
                     placement, unpackedLength, state, partialPath, createdAt, updatedAt, updateFrom, mirrors, manifest,
-                    delivery, preservation)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    delivery, preservation, priority)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(arguments: [
                 d.id, d.transactionId, d.contentIdentifier, d.productId, d.url.absoluteString, d.sha256, d.length,
                 d.version, d.placement.rawValue, d.unpackedLength, d.state.rawValue, d.partialPath,
                 d.createdAt.timeIntervalSince1970, d.updatedAt.timeIntervalSince1970, d.updateFrom,
                 encodeMirrors(d.mirrors), encodeManifest(d.manifest), d.delivery.rawValue, d.preservation.rawValue,
+                d.priority?.rawValue,
             ])
+    }
+
+    /// Writes the priority a user set on `d` (NULL: back to the default).
+    static func updatePriority(_ db: Database, download d: DownloadRecord) throws {
+        try db.cachedStatement(sql: "UPDATE downloads SET priority = ?, updatedAt = ? WHERE id = ?").execute(arguments: [
+            d.priority?.rawValue, d.updatedAt.timeIntervalSince1970, d.id,
+        ])
     }
 
     /// Points an existing download at new content (an update): what to fetch, from where, and
@@ -306,7 +316,8 @@ enum QueueStore {
         }
     }
 
-    /// Ids of up to `limit` downloads of `scope` a worker may claim, oldest first: waiting, paused
+    /// Ids of up to `limit` downloads of `scope` a worker may claim, by priority (high first;
+    /// `DownloadRecord.effectivePriority`), oldest first within one: waiting, paused
     /// by an interruption, or active (their owner may be dead), of a purchased or restored
     /// transaction, or of a finished one (an update, or content delivered again: a restore),
     /// and not leased to `token`. Only a narrowing for the index: whether each is taken is the
@@ -322,14 +333,18 @@ enum QueueStore {
                   AND t.state IN ('purchased', 'restored', 'finished')
                   AND (l.token IS NULL OR l.token != ?)
                   AND \(condition)
-                ORDER BY \(backgroundLast) d.createdAt, d.id LIMIT ?
+                ORDER BY \(priorityOrder) d.createdAt, d.id LIMIT ?
                 """),
             arguments: [token] + arguments + [limit])
     }
 
-    /// The claim order's first key: background work (`DownloadRecord.isBackgroundWork`, prefetch
-    /// content) after everything else. Hook: wt/prio30's download priorities go here.
-    static let backgroundLast = "(d.delivery = 'prefetch'),"
+    /// The claim order's first key: the download's priority (`DownloadRecord.effectivePriority`:
+    /// the one a user set, else low for an update or prefetch content, normal otherwise), high
+    /// first. Background work (prefetch) thus comes after everything else a user did not raise.
+    static let priorityOrder = """
+        CASE COALESCE(d.priority, CASE WHEN d.updateFrom IS NULL AND d.delivery != 'prefetch' THEN 'normal' ELSE 'low' END)
+            WHEN 'high' THEN 0 WHEN 'normal' THEN 1 ELSE 2 END,
+        """
 
     /// The leases on downloads of `scope` that still need work (waiting, active or paused).
     static func leasesOnUnsettled(_ db: Database, scope: DeliveryScope) throws -> [Lease] {

@@ -106,6 +106,8 @@ package final class RateLimiter: Sendable {
         var background: TokenBucket?
         /// When the schedule was last looked at (monotonic seconds); nil: never.
         var checked: Double?
+        /// The transfers' shares of the limits by priority.
+        var share = PriorityShare()
     }
 
     private let state: Mutex<State>
@@ -135,23 +137,57 @@ package final class RateLimiter: Sendable {
         }
     }
 
-    /// Seconds until a transfer of `trafficClass` may receive again (0: now).
-    func wait(_ trafficClass: TrafficClass, now: Double) -> Double {
+    /// A transfer of `priority` starts contending for the limits (`PriorityShare`); `leave` when done.
+    func join(_ priority: DownloadPriority, downloadId: String?, now: Double) -> UInt64 {
+        state.withLock { $0.share.join(priority, downloadId: downloadId, now: now) }
+    }
+
+    func leave(_ member: UInt64) {
+        state.withLock { $0.share.leave(member) }
+    }
+
+    /// Changes the priority of the running transfers of `downloadId` (their share follows from
+    /// their next chunk on); false when none runs here.
+    @discardableResult
+    package func setPriority(_ priority: DownloadPriority, downloadId: String) -> Bool {
+        state.withLock { $0.share.setPriority(priority, downloadId: downloadId) }
+    }
+
+    /// Seconds until a transfer of `trafficClass` may receive again (0: now): the shared buckets,
+    /// then (for a `member`) its share of them by priority.
+    func wait(_ trafficClass: TrafficClass, member: UInt64? = nil, now: Double) -> Double {
         state.withLock { state in
             refresh(&state, now: now)
             var wait = state.global?.wait(now: now) ?? 0
             if trafficClass == .background, let background = state.background?.wait(now: now) { wait = max(wait, background) }
-            return wait
+            guard let member, let rate = Self.sharedRate(state, trafficClass) else { return wait }
+            let untilSurplus = Self.untilSurplus(state, trafficClass)
+            return max(wait, state.share.wait(member, rate: rate, untilSurplus: untilSurplus, now: now))
         }
     }
 
-    /// Counts `bytes` received by a transfer of `trafficClass`.
-    func take(_ bytes: Int, _ trafficClass: TrafficClass, now: Double) {
+    /// Counts `bytes` received by a transfer of `trafficClass` (and `member`'s share).
+    func take(_ bytes: Int, _ trafficClass: TrafficClass, member: UInt64? = nil, now: Double) {
         state.withLock { state in
             refresh(&state, now: now)
             state.global?.take(bytes, now: now)
             if trafficClass == .background { state.background?.take(bytes, now: now) }
+            if let member { state.share.take(member, bytes, now: now) }
         }
+    }
+
+    /// The tightest limit a transfer of `trafficClass` meets now; nil: none.
+    private static func sharedRate(_ state: State, _ trafficClass: TrafficClass) -> Double? {
+        let rates = [state.global?.rate, trafficClass == .background ? state.background?.rate : nil].compactMap { $0 }
+        return rates.min()
+    }
+
+    /// Seconds until every shared bucket a transfer of `trafficClass` meets is at least half
+    /// full if nobody takes from them (0: they are now): then the transfers with the larger
+    /// shares leave tokens unused, which anyone may take. Buckets refilled by `wait` already.
+    private static func untilSurplus(_ state: State, _ trafficClass: TrafficClass) -> Double {
+        let buckets = [state.global, trafficClass == .background ? state.background : nil].compactMap { $0 }
+        return buckets.map { max(0, ($0.burst / 2 - $0.tokens) / $0.rate) }.max() ?? 0
     }
 
     /// Looks at the schedule again when a second has passed: buckets appear, change rate or go.
@@ -192,26 +228,36 @@ package final class RateLimiter: Sendable {
 /// The metering of one transfer: its own bucket (`get --limit-rate`, curl's per-transfer
 /// limit) and its engine's shared ones. Used on the network thread only, by the job it belongs
 /// to (`CurlJob.throttle`).
-final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to one job before it is posted, then used on the loop thread only.
+final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to one job before it is posted, then used on the loop thread only; `priority` changes go through the limiter's lock.
     let limiter: RateLimiter?
     let trafficClass: TrafficClass
     private var own: TokenBucket?
+    /// Its place in the limiter's shares by priority (nil without a limiter).
+    private let member: UInt64?
 
-    init(limiter: RateLimiter?, trafficClass: TrafficClass, perTransfer: ByteRate?, now: Double = RateLimiter.now()) {
+    init(
+        limiter: RateLimiter?, trafficClass: TrafficClass, perTransfer: ByteRate?, priority: DownloadPriority = .normal,
+        downloadId: String? = nil, now: Double = RateLimiter.now()
+    ) {
         self.limiter = limiter
         self.trafficClass = trafficClass
         self.own = perTransfer.map { TokenBucket(rate: $0.bytesPerSecond, now: now) }
+        self.member = limiter?.join(priority, downloadId: downloadId, now: now)
+    }
+
+    deinit {
+        if let member { limiter?.leave(member) }
     }
 
     /// Seconds until the transfer may receive again (0: now).
     func wait(now: Double) -> Double {
-        max(own?.wait(now: now) ?? 0, limiter?.wait(trafficClass, now: now) ?? 0)
+        max(own?.wait(now: now) ?? 0, limiter?.wait(trafficClass, member: member, now: now) ?? 0)
     }
 
     /// Counts `bytes` the transfer received.
     func take(_ bytes: Int, now: Double) {
         own?.take(bytes, now: now)
-        limiter?.take(bytes, trafficClass, now: now)
+        limiter?.take(bytes, trafficClass, member: member, now: now)
     }
 
     /// The receive buffer a metered transfer should use: small enough that one chunk is a

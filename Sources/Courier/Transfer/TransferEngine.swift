@@ -44,6 +44,9 @@ public struct DownloadRequest: Sendable {
     /// never. A caller that reads the file back at once (a prestage's check) reads them instead;
     /// memory holds at most this many bytes per download until the result is dropped.
     public var retainsBodyUpTo = 0
+    /// Its share of the rate limits against the engine's other transfers and its place in the
+    /// queue for a slot (`DownloadPriority`); nil: the engine's `defaultPriority`.
+    public var priority: DownloadPriority?
 
     public init(
         id: String,
@@ -207,8 +210,8 @@ public final class TransferEngine: Sendable {
     /// released when the job ends. Cancelling the caller while it waits throws `.paused`.
     func run<Value>(_ job: AwaitedJob<Value>, host: String, kind: TransferSlots.Kind) async throws -> Value {
         // Content (range fetches) is metered like downloads; small requests are not.
-        if kind == .content { job.throttle = makeThrottle() }
-        try await slots.acquire(host: host, kind: kind)
+        if kind == .content { job.throttle = makeThrottle(priority: defaultPriority, downloadId: nil) }
+        try await slots.acquire(host: host, kind: kind, priority: defaultPriority)
         defer { slots.release(host: host) }
         return try await loop.run(job)
     }
@@ -219,10 +222,23 @@ public final class TransferEngine: Sendable {
         rateLimiter.update(limits)
     }
 
-    /// The metering of one transfer: its own `limitRate` and the engine's shared limits.
-    /// Every content transfer is metered (a limit set later applies to it too).
-    func makeThrottle() -> TransferThrottle {
-        TransferThrottle(limiter: rateLimiter, trafficClass: trafficClass, perTransfer: configuration.limitRate)
+    /// The metering of one transfer: its own `limitRate` and the engine's shared limits, shared
+    /// by `priority`. Every content transfer is metered (a limit set later applies to it too).
+    func makeThrottle(priority: DownloadPriority, downloadId: String?) -> TransferThrottle {
+        TransferThrottle(
+            limiter: rateLimiter, trafficClass: trafficClass, perTransfer: configuration.limitRate, priority: priority,
+            downloadId: downloadId)
+    }
+
+    /// The priority of a transfer that names none: `high` for a foreground engine (the user is
+    /// waiting at a terminal), `normal` for a background one (the agent).
+    public var defaultPriority: DownloadPriority { trafficClass == .foreground ? .high : .normal }
+
+    /// Changes the priority of download `downloadId` while it runs: its share of the rate
+    /// limits follows from its next chunk on. False when it does not run in this engine.
+    @discardableResult
+    public func setPriority(_ priority: DownloadPriority, downloadId: String) -> Bool {
+        rateLimiter.setPriority(priority, downloadId: downloadId)
     }
 
     /// Pauses every running download (they throw `.paused`) and ends the network thread.
@@ -259,7 +275,7 @@ public final class TransferEngine: Sendable {
             try URLPolicy.check(mirror, allowInsecureHTTP: configuration.allowInsecureHTTP)
         }
         let host = request.url.host ?? ""
-        try await slots.acquire(host: host)
+        try await slots.acquire(host: host, priority: request.priority ?? defaultPriority)
         defer { slots.release(host: host) }
 
         let queue = workers.next()
@@ -396,7 +412,7 @@ public final class TransferEngine: Sendable {
         // The request's URL first, then its mirrors in order.
         let sources = [request.url] + request.mirrors
         // One throttle for all the attempts of the download: a retry does not get a new burst.
-        let throttle = makeThrottle()
+        let throttle = makeThrottle(priority: request.priority ?? defaultPriority, downloadId: request.id)
         var current = attempts.source
         // The failure of the last attempt: the cause a handover names.
         var lastFailure: CourierError?

@@ -2,8 +2,9 @@ import Foundation
 import Synchronization
 
 /// The engine's admission control: at most `total` transfers at once, and `perHost` per host.
-/// Callers beyond the limits wait in FIFO order (a waiter for a busy host does not hold back
-/// one for a free host). Cancelling a waiting caller makes it throw `.paused`.
+/// Callers beyond the limits wait by priority (`DownloadPriority`: high first), in FIFO order
+/// within one priority (a waiter for a busy host does not hold back one for a free host).
+/// Cancelling a waiting caller makes it throw `.paused`.
 ///
 /// Every exchange of the engine holds a slot: whole-file downloads and range fetches as
 /// `.content`, one-shot requests (catalog, metadata, manifest, verifyReceipt, webhook) as
@@ -26,6 +27,7 @@ final class TransferSlots: Sendable {
         var id: UInt64
         var host: String
         var kind: Kind
+        var priority: DownloadPriority
         var continuation: CheckedContinuation<Void, any Error>
     }
 
@@ -43,9 +45,12 @@ final class TransferSlots: Sendable {
         }
 
         /// Whether a new caller of `kind` must queue behind waiters already there: a request
-        /// only behind other requests.
-        func mustQueue(_ kind: Kind) -> Bool {
-            kind == .request ? waiters.contains { $0.kind == .request } : !waiters.isEmpty
+        /// only behind other requests, a content transfer behind requests and content
+        /// transfers of its priority or higher.
+        func mustQueue(_ kind: Kind, _ priority: DownloadPriority) -> Bool {
+            kind == .request
+                ? waiters.contains { $0.kind == .request }
+                : waiters.contains { $0.kind == .request || $0.priority >= priority }
         }
 
         mutating func take(_ host: String) {
@@ -70,7 +75,7 @@ final class TransferSlots: Sendable {
     /// Callers waiting for a slot now.
     var waiting: Int { state.withLock { $0.waiters.count } }
 
-    func acquire(host: String, kind: Kind = .content) async throws {
+    func acquire(host: String, kind: Kind = .content, priority: DownloadPriority = .normal) async throws {
         let id = state.withLock { state in
             state.nextId += 1
             return state.nextId
@@ -80,8 +85,9 @@ final class TransferSlots: Sendable {
                 enum Admission { case refused, admitted, queued }
                 let admission = state.withLock { state -> Admission in
                     if Task.isCancelled { return .refused }
-                    guard !state.mustQueue(kind) && state.canRun(host, kind: kind) else {
-                        state.waiters.append(Waiter(id: id, host: host, kind: kind, continuation: continuation))
+                    guard !state.mustQueue(kind, priority) && state.canRun(host, kind: kind) else {
+                        state.waiters.append(
+                            Waiter(id: id, host: host, kind: kind, priority: priority, continuation: continuation))
                         return .queued
                     }
                     state.take(host)
@@ -104,12 +110,15 @@ final class TransferSlots: Sendable {
             state.runningByHost[host, default: 1] -= 1
             if state.runningByHost[host] == 0 { state.runningByHost[host] = nil }
             var admitted: [Waiter] = []
-            // Requests first, then content transfers, each in the order they came.
-            for kind in [Kind.request, .content] {
+            // Requests first, then content transfers by priority, each in the order they came.
+            let classes: [(Kind, DownloadPriority?)] = [(.request, nil)] + DownloadPriority.allCases.sorted(by: >).map { (.content, $0) }
+            for (kind, priority) in classes {
                 var index = 0
                 while index < state.waiters.count {
                     let waiter = state.waiters[index]
-                    if waiter.kind == kind && state.canRun(waiter.host, kind: kind) {
+                    if waiter.kind == kind && (priority == nil || waiter.priority == priority)
+                        && state.canRun(waiter.host, kind: kind)
+                    {
                         state.waiters.remove(at: index)
                         state.take(waiter.host)
                         admitted.append(waiter)

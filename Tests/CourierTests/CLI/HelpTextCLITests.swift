@@ -8,7 +8,7 @@ import Testing
 struct HelpTextCLITests {
     static let commands: [[String]] = [
         ["deliver"], ["get"], ["enqueue"], ["agent"], ["list"], ["status"], ["pause"], ["resume"], ["cancel"],
-        ["discard"], ["content", "list"], ["content", "path"], ["content", "delete"], ["package", "create"],
+        ["discard"], ["priority"], ["content", "list"], ["content", "path"], ["content", "delete"], ["package", "create"],
         ["package", "inspect"], ["package", "install"], ["receipt", "verify"], ["receipt", "entitlements"],
         ["sandbox", "init"], ["sandbox", "purchase"], ["prestage"], ["serve"],
     ]

@@ -46,7 +46,7 @@ struct NewcomerCLITests {
         let defaultRoot = directory.appending("data/courier")
         let commands: [[String]] = [
             ["list"], ["status", "abc"], ["content", "list"], ["content", "path", "com.example.x"],
-            ["pause", "abc"], ["resume", "abc"], ["cancel", "abc"], ["discard", "abc"],
+            ["pause", "abc"], ["resume", "abc"], ["cancel", "abc"], ["discard", "abc"], ["priority", "abc", "high"],
         ]
         for command in commands {
             for (extra, root) in [(["--storage", typo.path], typo), ([], defaultRoot)] {

@@ -23,6 +23,8 @@ struct SystemdUnitCLITests {
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         let unitFile = Self.repository.appendingPathComponent("Config/systemd/courier-agent.service")
         let unit = try String(contentsOf: unitFile, encoding: .utf8)
+        // `systemctl reload` sends SIGHUP: the agent reloads its rate limits (docs/agent.md).
+        #expect(unit.split(separator: "\n").contains("ExecReload=/bin/kill -HUP $MAINPID"))
         // The steps the unit's comment gives (`#   install …`), run as written from the
         // repository, the release binary being the one under test.
         let steps = unit.split(separator: "\n").map(String.init).filter { $0.hasPrefix("#   install ") }
