@@ -28,7 +28,7 @@ struct ContentListCommand: AsyncParsableCommand {
                     var content: [DeliveredContent]
                     var backupExclusion: BackupExclusion.Support
                 }
-                out.emit(document: Listing(content: contents, backupExclusion: support))
+                out.emit(encodable: Listing(content: contents, backupExclusion: support))
                 return
             }
             if contents.isEmpty {
@@ -62,7 +62,7 @@ struct ContentPathCommand: AsyncParsableCommand {
             let placer = try global.contentPlacer(existingStore: true, recover: false)
             if let content = try placer.content(product) {
                 if out.json {
-                    out.emit(document: content)
+                    out.emit(encodable: content)
                 } else {
                     out.line(content.path)
                 }
@@ -76,7 +76,7 @@ struct ContentPathCommand: AsyncParsableCommand {
             }
             if out.json {
                 struct Items: Encodable { var content: [DeliveredContent] }
-                out.emit(document: Items(content: items))
+                out.emit(encodable: Items(content: items))
             } else {
                 for item in items { out.line(item.path) }
             }
