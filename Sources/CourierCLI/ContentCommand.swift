@@ -45,7 +45,7 @@ struct ContentListCommand: AsyncParsableCommand {
                     var backupExclusion: BackupExclusion.Support
                 }
                 let entries = zip(contents, pins).map { Entry(content: $0, pin: $1) }
-                out.emit(document: Listing(content: entries, backupExclusion: support))
+                out.emit(encodable: Listing(content: entries, backupExclusion: support))
                 return
             }
             if contents.isEmpty {
@@ -84,7 +84,7 @@ struct ContentPathCommand: AsyncParsableCommand {
             let placer = try global.contentPlacer(existingStore: true, recover: false)
             if let content = try placer.content(product) {
                 if out.json {
-                    out.emit(document: content)
+                    out.emit(encodable: content)
                 } else {
                     out.line(content.path)
                 }
@@ -98,7 +98,7 @@ struct ContentPathCommand: AsyncParsableCommand {
             }
             if out.json {
                 struct Items: Encodable { var content: [DeliveredContent] }
-                out.emit(document: Items(content: items))
+                out.emit(encodable: Items(content: items))
             } else {
                 for item in items { out.line(item.path) }
             }

@@ -852,6 +852,7 @@ enum JSONSchema {
 }
 
 extension DownloadEvent {
+    /// `record` as it changed; `owner`: another live process works it.
     init(_ record: DownloadRecord, owner: LeaseOwner?) {
         downloadId = record.id
         transactionId = record.transactionId
@@ -868,12 +869,12 @@ extension DownloadEvent {
         self.owner = owner.map(JSONOwner.init(live:))
     }
 
+    /// A sample with every field set (`JSONSchema.allExamples`).
     static func example(owner: JSONOwner) -> DownloadEvent {
-        let event = DownloadEvent(
+        DownloadEvent(
             downloadId: "d1", transactionId: "t1", contentIdentifier: "p", state: "active", progress: 0.5, bytesReceived: 1,
             contentLength: 2, rate: 1, timeRemaining: 1, error: JSONErrorInfo(code: "network", message: "m"), contentPath: "/c",
             fromVersion: "1", owner: owner)
-        return event
     }
 }
 
@@ -936,5 +937,41 @@ extension JSONSchema {
         return mirror.children.flatMap { child in
             unset(in: child.value, path: path.isEmpty ? child.label ?? "?" : path + "." + (child.label ?? "?"))
         }
+    }
+}
+
+extension QueueListing.Line {
+    /// A sample with every field set (`JSONSchema.allExamples`).
+    static func example(owner: JSONOwner) -> QueueListing.Line {
+        var line = QueueListing.Line(transactionId: "t1", productId: "p", transactionState: "purchased")
+        line.revoked = true
+        line.downloadId = "d1"
+        line.contentIdentifier = "p"
+        line.state = "active"
+        line.pauseReason = "user"
+        line.progress = 0.5
+        line.bytesReceived = 1
+        line.contentLength = 2
+        line.contentVersion = "2"
+        line.placement = "applicationSupport"
+        line.rate = 1
+        line.timeRemaining = 1
+        line.error = ErrorLine(code: "network", message: "m")
+        line.contentPath = "/c"
+        line.owner = owner
+        line.stalled = "network"
+        line.updateFrom = "1"
+        line.source = "http://x"
+        line.mirrors = ["http://y"]
+        line.delivery = "prefetch"
+        line.preservation = "low"
+        line.priority = "low"
+        return line
+    }
+
+    private init(transactionId: String, productId: String, transactionState: String) {
+        self.transactionId = transactionId
+        self.productId = productId
+        self.transactionState = transactionState
     }
 }

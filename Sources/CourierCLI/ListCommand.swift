@@ -23,7 +23,7 @@ struct ListCommand: AsyncParsableCommand {
             let entries = try await global.queueControl().perform(.list(includeFinished: all, stalledOnly: stalled)).entries
             if let notice = CatalogTrustNotice.read(global.layout) { output.note("courier: \(notice)") }
             if output.json {
-                output.emit(document: QueueListing(entries))
+                output.emit(encodable: QueueListing(entries))
                 return
             }
             guard !entries.isEmpty else {
@@ -79,55 +79,44 @@ struct QueueListing: Encodable {
             var message: String
         }
 
+        /// The same object as in `download` and `waitingForOwner` events (docs/json.md).
         typealias Owner = JSONOwner
+
+        init(_ entry: QueueEntry) {
+            transactionId = entry.transactionId
+            productId = entry.productId
+            transactionState = entry.transactionState.rawValue
+            revoked = entry.revoked ? true : nil
+            stalled = entry.stalled?.rawValue
+            if let lease = entry.lease {
+                owner = Owner(pid: lease.owner.pid, host: lease.owner.host, alive: entry.ownerAlive ?? false, heartbeatAt: lease.heartbeatAt)
+            }
+            guard let d = entry.download else { return }
+            downloadId = d.id
+            contentIdentifier = d.contentIdentifier
+            state = d.state.rawValue
+            pauseReason = d.pauseReason?.rawValue
+            progress = d.progress
+            bytesReceived = d.bytesReceived
+            contentLength = d.length
+            contentVersion = d.version
+            placement = d.placement.rawValue
+            rate = d.rate
+            timeRemaining = d.timeRemaining
+            if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
+            contentPath = d.contentURL?.path
+            updateFrom = d.updateFrom
+            source = d.source?.absoluteString
+            mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
+            delivery = d.delivery.rawValue
+            preservation = d.preservation.rawValue
+            priority = d.effectivePriority.rawValue
+        }
     }
 
     var entries: [Line]
 
     init(_ entries: [QueueEntry]) { self.entries = entries.map(Line.init) }
-}
-
-extension QueueListing.Line {
-    init(_ entry: QueueEntry) {
-        transactionId = entry.transactionId
-        productId = entry.productId
-        transactionState = entry.transactionState.rawValue
-        revoked = entry.revoked ? true : nil
-        stalled = entry.stalled?.rawValue
-        if let lease = entry.lease {
-            owner = Owner(pid: lease.owner.pid, host: lease.owner.host, alive: entry.ownerAlive ?? false, heartbeatAt: lease.heartbeatAt)
-        }
-        guard let d = entry.download else { return }
-        downloadId = d.id
-        contentIdentifier = d.contentIdentifier
-        state = d.state.rawValue
-        pauseReason = d.pauseReason?.rawValue
-        progress = d.progress
-        bytesReceived = d.bytesReceived
-        contentLength = d.length
-        contentVersion = d.version
-        placement = d.placement.rawValue
-        rate = d.rate
-        timeRemaining = d.timeRemaining
-        if let code = d.errorCode { error = ErrorLine(code: code.rawValue, message: d.errorMessage ?? code.rawValue) }
-        contentPath = d.contentURL?.path
-        updateFrom = d.updateFrom
-        source = d.source?.absoluteString
-        mirrors = d.mirrors.isEmpty ? nil : d.mirrors.map(\.absoluteString)
-        delivery = d.delivery.rawValue
-        preservation = d.preservation.rawValue
-        priority = d.effectivePriority.rawValue
-    }
-
-    /// A sample with every field set (JSONSchema.allExamples).
-    static func example(owner: JSONOwner) -> QueueListing.Line {
-        QueueListing.Line(
-            transactionId: "t1", productId: "p", transactionState: "purchased", revoked: true, downloadId: "d1", contentIdentifier: "p",
-            state: "active", pauseReason: "user", progress: 0.5, bytesReceived: 1, contentLength: 2, contentVersion: "2",
-            placement: "applicationSupport", rate: 1, timeRemaining: 1, error: ErrorLine(code: "network", message: "m"),
-            contentPath: "/c", owner: owner, stalled: "network", updateFrom: "1", source: "http://x", mirrors: ["http://y"],
-            delivery: "prefetch", preservation: "low", priority: "low")
-    }
 }
 
 extension GlobalOptions {

@@ -63,7 +63,7 @@ final class Output: Sendable {
 
     /// Prints a whole `--json` document (`list`, `status`, `content list`, `package`: one value,
     /// no `event`) as one line, through the same encoder as the events.
-    func emit<Document: Encodable>(document value: Document) {
+    func emit<Document: Encodable>(encodable value: Document) {
         write(line: value, kind: "document")
     }
 

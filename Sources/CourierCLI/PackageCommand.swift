@@ -42,7 +42,7 @@ struct PackageCreateCommand: AsyncParsableCommand {
                 output: URL(fileURLWithPath: output)
             )
             if out.json {
-                out.emit(document: info)
+                out.emit(encodable: info)
             } else {
                 out.line("\(output): \(info.productId) \(info.version), \(info.entryCount) entries, \(info.packedSize) bytes, sha256 \(info.sha256)")
             }
@@ -67,7 +67,7 @@ struct PackageInspectCommand: AsyncParsableCommand {
             let configuration = try global.loadConfiguration()
             let info = try PackageInspector.inspect(URL(fileURLWithPath: file), limits: configuration.packages)
             if out.json {
-                out.emit(document: info)
+                out.emit(encodable: info)
             } else {
                 out.line("product:   \(info.productId)")
                 out.line("version:   \(info.version)")
@@ -130,7 +130,7 @@ struct PackageInstallCommand: AsyncParsableCommand {
                 force: force
             )
             if out.json {
-                out.emit(document: delivered)
+                out.emit(encodable: delivered)
             } else {
                 out.line("\(delivered.contentIdentifier) \(delivered.version) -> \(delivered.path)")
             }

@@ -94,7 +94,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     private func show(_ entries: [QueueEntry], output: Output) {
         if output.json {
-            output.emit(document: QueueListing(entries))
+            output.emit(encodable: QueueListing(entries))
             return
         }
         var transaction: String?
