@@ -28,7 +28,9 @@ struct PriorityCommandTests {
         let set = try courier(directory, ["priority", last, "high", "--json"])
         #expect(set.status == 0, "\(set.stderr)")
         let event = try #require(set.events.last)
-        #expect(event["event"] as? String == "priority" && event["priority"] as? String == "high")
+        // The last line is the result (docs/json.md).
+        #expect(event["event"] as? String == "result" && event["priority"] as? String == "high")
+        #expect((event["downloads"] as? [[String: Any]])?.first?["priority"] as? String == "high")
         #expect((event["downloads"] as? [[String: Any]])?.first?["downloadId"] as? String == last)
         #expect(try queue.download(last)?.priority == .high)
         #expect(try courier(directory, ["priority", "prio1", "LOW"]).status == 0)
