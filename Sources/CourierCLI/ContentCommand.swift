@@ -132,6 +132,13 @@ struct ContentOpenCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The catalog to look the content up in when it must be fetched (a file or URL).", valueName: "file|url"))
     var catalog: String?
 
+    @Option(
+        name: .customLong("catalog-root"),
+        help: ArgumentHelp(
+            "The publisher's TUF root.json: the catalog is then accepted only through TUF (default: catalog.trustedRoot).",
+            valueName: "file"))
+    var catalogRoot: String?
+
     @Flag(name: .long, help: "Pin only while this process runs (until SIGINT or SIGTERM), not until `content close`.")
     var hold = false
 
@@ -148,7 +155,7 @@ struct ContentOpenCommand: AsyncParsableCommand {
                 if let placed = try placer.content(product) {
                     content = placed
                 } else {
-                    let client = try global.client(existingStore: true, output: output)
+                    let client = try global.client(existingStore: true, catalogRoot: catalogRoot, output: output)
                     defer { client.shutdown() }
                     switch try await client.contentRequest(productID: product, catalog: catalog) {
                     case .placed(let placed):

@@ -3,10 +3,12 @@ import Foundation
 /// The sandbox store's sample content: real hosted content packages and a catalog that lists
 /// them, written beside the sandbox signing chain (`courier sandbox init`).
 ///
-/// Three products show the three kinds of delivery: a non-consumable placed in Documents
-/// (`com.example.levels.pack1`), a non-consumable placed in Caches (`com.example.soundtrack`), and
-/// an auto-renewable subscription (`com.example.magazine`) with a monthly issue published on the
-/// 1st of each month of `year`. Package URLs in the catalog are relative (`packages/NAME.zip`),
+/// Four products show the kinds of delivery: a non-consumable placed in Documents
+/// (`com.example.levels.pack1`), a non-consumable placed in Caches (`com.example.soundtrack`), an
+/// auto-renewable subscription (`com.example.magazine`) with a monthly issue published on the
+/// 1st of each month of `year`, and an on-demand non-consumable (`com.example.artbook`, delivery
+/// class `onDemand`, preservation `low`: fetched only by `courier content open`,
+/// docs/delivery-classes.md). Package URLs in the catalog are relative (`packages/NAME.zip`),
 /// so the folder can be served as it is or pre-staged from.
 public enum SandboxCatalog {
     /// The bundle id of the sample catalog (the receipts configuration's default too).
@@ -33,7 +35,10 @@ public enum SandboxCatalog {
         }
         defer { try? fileManager.removeItem(at: scratch) }
 
-        func build(_ sample: Sample, fileName: String, title: String) throws -> Catalog.Content {
+        func build(
+            _ sample: Sample, fileName: String, title: String, delivery: Catalog.DeliveryClass? = nil,
+            preservation: Catalog.Preservation? = nil
+        ) throws -> Catalog.Content {
             let payload = scratch.appendingPathComponent(fileName, isDirectory: true)
             try writePayload(into: payload, title: title, bytes: sample.payloadBytes, seed: fileName)
             let output = packages.appendingPathComponent("\(fileName).zip")
@@ -41,7 +46,8 @@ public enum SandboxCatalog {
                 from: payload, productId: sample.productId, version: sample.version, output: output)
             return Catalog.Content(
                 url: "packages/\(fileName).zip", sha256: info.sha256, length: info.packedSize,
-                version: sample.version, placement: sample.placement, unpackedLength: info.unpackedSize)
+                version: sample.version, placement: sample.placement, unpackedLength: info.unpackedSize, delivery: delivery,
+                preservation: preservation)
         }
 
         let levels = Sample(productId: "com.example.levels.pack1", version: "1.0", placement: .documents, payloadBytes: 3 << 20)
@@ -54,6 +60,11 @@ public enum SandboxCatalog {
                 productId: soundtrack.productId, type: .nonConsumable,
                 content: try build(soundtrack, fileName: "soundtrack", title: "Soundtrack")),
         ]
+        let artbook = Sample(productId: "com.example.artbook", version: "1.0", placement: .cache, payloadBytes: 2 << 20)
+        products.append(
+            Catalog.Product(
+                productId: artbook.productId, type: .nonConsumable,
+                content: try build(artbook, fileName: "artbook", title: "Art book", delivery: .onDemand, preservation: .low)))
         var items: [Catalog.Item] = []
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone

@@ -212,3 +212,29 @@ struct SignedCatalogCLITests {
         #expect(result.stderr.contains("length check failed"), "\(result.stderr)")
     }
 }
+
+/// Issue 29, section 2: every command that takes `--catalog` takes `--catalog-root` too. Read from
+/// docs/courier.1, which `ManPageCLITests` keeps equal to the binary's help, so a new command
+/// with a catalog cannot leave it out.
+@Suite("--catalog-root beside every --catalog (docs/courier.1)")
+struct CatalogRootEverywhereTests {
+    @Test("each (sub)command of the man page that lists --catalog lists --catalog-root")
+    func everyCatalogHasItsRoot() throws {
+        let page = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("docs/courier.1")
+        let text = try String(contentsOf: page, encoding: .utf8)
+        var sections: [(name: String, lines: [Substring])] = []
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix(".It Em ") {
+                sections.append((String(line.dropFirst(7)), []))
+            } else if !sections.isEmpty {
+                sections[sections.count - 1].lines.append(line)
+            }
+        }
+        let withCatalog = sections.filter { $0.lines.contains { $0.hasPrefix(".It Fl -catalog Ar") } }
+        #expect(withCatalog.count >= 6, "the man page's sections were not found: \(sections.map(\.name))")
+        for section in withCatalog {
+            #expect(section.lines.contains { $0.hasPrefix(".It Fl -catalog-root Ar") }, "\(section.name) takes --catalog but not --catalog-root")
+        }
+    }
+}

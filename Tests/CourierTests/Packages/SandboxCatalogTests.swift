@@ -12,13 +12,19 @@ struct SandboxCatalogTests {
         try SandboxCatalog.write(into: folder.url)
         let catalog = try Catalog.decode(Data(contentsOf: folder.appending("catalog.json")))
         #expect(catalog.bundleId == SandboxCatalog.bundleId)
-        #expect(Set(catalog.products.map(\.productId)) == ["com.example.levels.pack1", "com.example.soundtrack", "com.example.magazine"])
+        #expect(
+            Set(catalog.products.map(\.productId)) == [
+                "com.example.levels.pack1", "com.example.soundtrack", "com.example.magazine", "com.example.artbook",
+            ])
         var contents: [(String, Catalog.Content)] = []
         for product in catalog.products {
             if let content = product.content { contents.append((product.productId, content)) }
             for item in product.items ?? [] { contents.append((product.productId, item.content)) }
         }
-        #expect(contents.count == 14)
+        #expect(contents.count == 15)
+        // The on-demand sample (docs/delivery-classes.md): fetched only by `content open`.
+        let artbook = try #require(catalog.product("com.example.artbook")?.content)
+        #expect(artbook.delivery == .onDemand && artbook.preservation == .low)
         for (productId, content) in contents {
             let file = try #require(Catalog.resolve(content.url, relativeTo: folder.url.appendingPathComponent("catalog.json")))
             let info = try PackageInspector.inspect(file, limits: PackageConfiguration())
