@@ -31,6 +31,15 @@ public enum CourierBinary {
         }
     }
 
+    /// The storage of commands a test runs without naming one: a folder under the system's
+    /// temporary folder, one per test process (never the repository's ./Storage).
+    static let defaultStorage: String = {
+        let path = FileManager.default.temporaryDirectory
+            .appendingPathComponent("courier-tests-storage-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString)").path
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        return path
+    }()
+
     /// Starts `courier ARGS` without waiting (for kill -9 tests). Output goes to the given files.
     public static func start(
         _ arguments: [String],
@@ -47,6 +56,13 @@ public enum CourierBinary {
         // Hermetic: the host's system bus (a metered connection on a developer's laptop) never
         // pauses a test's downloads or asks; tests of metered networks give a private bus.
         env["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=/nonexistent/courier-tests-no-system-bus"
+        // A test run leaves the work tree as it found it: a command given no storage (no
+        // --storage, no COURIER_STORAGE, no folder of its own) would use the repository's
+        // ./Storage, which exists. It gets one scratch store for the whole test process instead
+        // (shared, as ./Storage was, so a started process and a later run meet the same store).
+        if directory == nil, environment["COURIER_STORAGE"] == nil, !arguments.contains(where: { $0.contains("--storage") }) {
+            env["COURIER_STORAGE"] = defaultStorage
+        }
         env.merge(environment) { $1 }
         process.environment = env
         if let directory { process.currentDirectoryURL = directory }
