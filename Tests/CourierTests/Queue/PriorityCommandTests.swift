@@ -81,4 +81,32 @@ struct PriorityCommandTests {
         bad.priority = nil
         #expect(throws: CourierError.self) { try bad.queueCommand() }
     }
+
+    @Test("the claim's SQL order agrees with effectivePriority: prefetch and set priorities included")
+    func claimOrderMatchesEffectivePriority() throws {
+        let directory = try TemporaryDirectory(prefix: "courier-priority")
+        defer { directory.remove() }
+        let queue = try QueueFixtures.queue(directory)
+        // Oldest first: an essential purchase, an essential one set low, a prefetch content (low
+        // by default, younger than the one set low: an SQL order that forgot prefetch would put
+        // it first), a prefetch one set high.
+        let transactions = (0..<4).map { QueueFixtures.transaction("order\($0)", product: "com.example.o\($0)") }
+        var contents = transactions.map { QueueFixtures.content(for: $0) }
+        contents[2].delivery = .prefetch
+        contents[3].delivery = .prefetch
+        for (transaction, content) in zip(transactions, contents) {
+            try queue.add([transaction], content: [content])
+            usleep(2_000)  // distinct creation times: the order within one priority is the age
+        }
+        let ids = try transactions.map { try #require(try queue.downloads(transactionId: $0.transactionId).first).id }
+        _ = try queue.setPriority(.low, [ids[1]])
+        _ = try queue.setPriority(.high, [ids[3]])
+        let records = try ids.map { try #require(try queue.download($0)) }
+        #expect(records.map(\.effectivePriority) == [.normal, .low, .low, .high])
+        let expected = records.enumerated().sorted {
+            ($0.element.effectivePriority.rank, $0.offset) < ($1.element.effectivePriority.rank, $1.offset)
+        }.map(\.element.id)
+        let claimed = try queue.claim(scope: .all, limit: 4)
+        #expect(claimed.map(\.id) == expected)
+    }
 }
