@@ -42,7 +42,7 @@ public struct DeltaContentUpdate: ContentUpdating {
             logger.debug("no manifest: the whole package is fetched")
             return nil
         }
-        let target = DeltaUpdater.Target(
+        var target = DeltaUpdater.Target(
             contentIdentifier: download.contentIdentifier, productId: download.productId, version: download.version,
             placement: download.placement, packageURL: download.url, packageSHA256: download.sha256,
             packageLength: download.length, manifestURL: manifest.url, manifestSHA256: manifest.sha256,
@@ -50,6 +50,9 @@ public struct DeltaContentUpdate: ContentUpdating {
             workDirectory: DeltaUpdater.workDirectory(
                 in: updater.placer.layout, contentIdentifier: download.contentIdentifier, packageSHA256: download.sha256)
         )
+        // The ranges transfer as the download, at the priority its whole package would have.
+        target.downloadId = download.id
+        target.priority = download.transferPriority(in: updater.engine.trafficClass)
         let started = Date()
         do {
             let outcome = try await updater.update(target) { bytes in

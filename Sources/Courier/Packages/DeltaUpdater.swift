@@ -84,6 +84,13 @@ public struct DeltaUpdater: Sendable {
         /// unchanged their records say they are: those `content verify` found damaged (bytes can
         /// rot with no trace in `stat`), which a repair fetches. Default none.
         public var untrustedPaths: Set<String> = []
+        /// The download the update belongs to (the queue's id), and the priority it transfers
+        /// at: its range requests wait for a slot and share the rate limits as that download, so
+        /// `TransferEngine.setPriority` (`courier priority`) changes them while they run, as it
+        /// does a whole-file download. nil: ranges of no download, at the engine's
+        /// `defaultPriority` (a `content repair`).
+        public var downloadId: String? = nil
+        public var priority: DownloadPriority? = nil
 
         public init(
             contentIdentifier: String, productId: String, version: String, placement: Catalog.Placement, packageURL: URL,
@@ -324,7 +331,8 @@ public struct DeltaUpdater: Sendable {
     ) async throws -> FetchResult {
         var result = FetchResult()
         guard !entries.isEmpty else { return result }
-        let fetcher = engine.rangeFetcher
+        // One fetcher for all the update's requests: they are metered as its download.
+        let fetcher = engine.rangeFetcher(for: target.downloadId, priority: target.priority)
         var pending = entries
         var multipleRanges = true
         let firstGroup = DeltaPlan.coalesce(

@@ -67,7 +67,7 @@ public struct TransferDownloadStage: ContentDownloading {
     /// foreground engine (`deliver`: someone waits at a terminal) unless it is prefetch content,
     /// else its default (`DownloadRecord.effectivePriority`: normal; low for an update or prefetch).
     public func priority(of download: DownloadRecord) -> DownloadPriority {
-        download.priority ?? (engine.trafficClass == .foreground && !download.isBackgroundWork ? .high : download.effectivePriority)
+        download.transferPriority(in: engine.trafficClass)
     }
 
     public func reprioritize(_ download: DownloadRecord) {

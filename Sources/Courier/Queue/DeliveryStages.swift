@@ -34,7 +34,9 @@ public protocol ContentDownloading: Sendable {
     ) async throws -> URL
 
     /// `download`'s priority changed while it may be running (`courier priority`, seen at a
-    /// heartbeat): a running transfer's share follows. Default: nothing.
+    /// heartbeat): a running transfer's share follows, and so do a delta update's range
+    /// fetches when they run in the same engine (`DeltaUpdater.Target.downloadId`). Default:
+    /// nothing.
     func reprioritize(_ download: DownloadRecord)
 }
 

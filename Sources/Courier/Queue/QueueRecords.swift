@@ -213,6 +213,13 @@ public struct DownloadRecord: Sendable, Codable, Equatable {
     /// works a download without one at `high` (prefetch content at `low`).
     public var effectivePriority: DownloadPriority { priority ?? (isUpdate || isBackgroundWork ? .low : .normal) }
 
+    /// The priority its transfers (the whole package, or a delta update's ranges) run at in an
+    /// engine of `trafficClass`: the one set, else `high` in a foreground engine (`deliver`:
+    /// someone waits at a terminal) unless it is prefetch content, else `effectivePriority`.
+    public func transferPriority(in trafficClass: TrafficClass) -> DownloadPriority {
+        priority ?? (trafficClass == .foreground && !isBackgroundWork ? .high : effectivePriority)
+    }
+
     /// The error, when failed or paused for an error.
     public var error: CourierError? {
         errorCode.map { CourierError($0, errorMessage ?? $0.rawValue) }

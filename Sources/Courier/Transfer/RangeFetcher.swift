@@ -25,21 +25,29 @@ package enum RangeAnswer: Sendable, Equatable {
 /// positional write); its errors abort the request and are rethrown.
 ///
 /// Each request holds one of the engine's content slots and reuses its connections: a delta
-/// update shares the connections (and the limits) of the downloads around it.
+/// update shares the connections (and the limits) of the downloads around it. A fetcher made for
+/// a download (`TransferEngine.rangeFetcher(for:priority:)`) meters all its requests as that
+/// download, one after the other, with one `TransferThrottle`: they wait for a slot and share
+/// the rate limits at its priority, which `TransferEngine.setPriority` changes while they run.
 package final class RangeFetcher: Sendable {
     private let engine: TransferEngine
     private let ownsEngine: Bool
+    /// The metering of every request of this fetcher (the download's id and priority).
+    private let throttle: TransferThrottle
 
     /// A fetcher with a transfer engine of its own (tests); call `shutdown()` when done.
     package init(configuration: TransferConfiguration = .init()) throws {
         self.engine = try TransferEngine(configuration: configuration, logger: Logger(label: "courier.ranges"))
         self.ownsEngine = true
+        self.throttle = engine.makeThrottle(priority: engine.defaultPriority, downloadId: nil)
     }
 
-    /// A fetcher sharing `engine`'s network thread, slots and connection cache.
-    init(engine: TransferEngine) {
+    /// A fetcher sharing `engine`'s network thread, slots and connection cache, for the ranges
+    /// of download `downloadId` at `priority` (nil: the engine's `defaultPriority`).
+    init(engine: TransferEngine, downloadId: String?, priority: DownloadPriority?) {
         self.engine = engine
         self.ownsEngine = false
+        self.throttle = engine.makeThrottle(priority: priority ?? engine.defaultPriority, downloadId: downloadId)
     }
 
     package func shutdown() {
@@ -67,7 +75,7 @@ package final class RangeFetcher: Sendable {
         let job = RangeRequestJob(
             url: url, ranges: ranges, representationLength: representationLength, headers: headers,
             configuration: engine.configuration, sink: sink)
-        return try await engine.run(job, host: url.host ?? "", kind: .content)
+        return try await engine.run(job, host: url.host ?? "", kind: .content, throttle: throttle)
     }
 
     /// The value of a Range header for `ranges`: `bytes=a-b,c-d` (inclusive bounds).

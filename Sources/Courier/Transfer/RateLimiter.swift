@@ -153,6 +153,12 @@ package final class RateLimiter: Sendable {
         state.withLock { $0.share.setPriority(priority, downloadId: downloadId) }
     }
 
+    /// The priority `member` contends at now (a `setPriority` since it joined included); nil
+    /// once it left.
+    func priority(of member: UInt64) -> DownloadPriority? {
+        state.withLock { $0.share.members[member]?.priority }
+    }
+
     /// Seconds until a transfer of `trafficClass` may receive again (0: now): the shared buckets,
     /// then (for a `member`) its share of them by priority.
     func wait(_ trafficClass: TrafficClass, member: UInt64? = nil, now: Double) -> Double {
@@ -227,13 +233,16 @@ package final class RateLimiter: Sendable {
 
 /// The metering of one transfer: its own bucket (`get --limit-rate`, curl's per-transfer
 /// limit) and its engine's shared ones. Used on the network thread only, by the job it belongs
-/// to (`CurlJob.throttle`).
-final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to one job before it is posted, then used on the loop thread only; `priority` changes go through the limiter's lock.
+/// to (`CurlJob.throttle`): the attempts of one download, or the range requests of one delta
+/// update, share one, one after the other, so a new request gets no new burst.
+final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to its jobs before they are posted, then used on the loop thread only; `priority` goes through the limiter's lock.
     let limiter: RateLimiter?
     let trafficClass: TrafficClass
     private var own: TokenBucket?
     /// Its place in the limiter's shares by priority (nil without a limiter).
     private let member: UInt64?
+    /// The priority it joined at.
+    private let joinedAt: DownloadPriority
 
     init(
         limiter: RateLimiter?, trafficClass: TrafficClass, perTransfer: ByteRate?, priority: DownloadPriority = .normal,
@@ -243,6 +252,13 @@ final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to on
         self.trafficClass = trafficClass
         self.own = perTransfer.map { TokenBucket(rate: $0.bytesPerSecond, now: now) }
         self.member = limiter?.join(priority, downloadId: downloadId, now: now)
+        self.joinedAt = priority
+    }
+
+    /// The priority it contends at now: the one it joined at, or the one `setPriority` gave its
+    /// download since (the place a transfer of it waits at for a slot).
+    var priority: DownloadPriority {
+        member.flatMap { limiter?.priority(of: $0) } ?? joinedAt
     }
 
     deinit {

@@ -196,9 +196,19 @@ public final class TransferEngine: Sendable {
         CurlHTTPTransport(engine: self)
     }
 
-    /// A `RangeFetcher` sharing this engine's network thread, slots and connection cache.
+    /// A `RangeFetcher` sharing this engine's network thread, slots and connection cache, for
+    /// ranges that belong to no download: they wait for a slot and share the rate limits at
+    /// `defaultPriority`.
     package var rangeFetcher: RangeFetcher {
-        RangeFetcher(engine: self)
+        RangeFetcher(engine: self, downloadId: nil, priority: nil)
+    }
+
+    /// A `RangeFetcher` for the ranges of download `downloadId` (a delta update's entries): its
+    /// requests wait for a slot and share the rate limits at `priority` (nil: `defaultPriority`),
+    /// and `setPriority(_:downloadId:)` changes that while the fetcher lives, as it does for a
+    /// whole-file download, from the running request's next chunk and the next request's slot on.
+    package func rangeFetcher(for downloadId: String?, priority: DownloadPriority?) -> RangeFetcher {
+        RangeFetcher(engine: self, downloadId: downloadId, priority: priority)
     }
 
     /// Content transfers holding a slot now, and callers waiting for one.
@@ -208,10 +218,20 @@ public final class TransferEngine: Sendable {
 
     /// Runs `job` on the network thread once it holds a slot of `kind` for `host`; the slot is
     /// released when the job ends. Cancelling the caller while it waits throws `.paused`.
-    func run<Value>(_ job: AwaitedJob<Value>, host: String, kind: TransferSlots.Kind) async throws -> Value {
-        // Content (range fetches) is metered like downloads; small requests are not.
-        if kind == .content { job.throttle = makeThrottle(priority: defaultPriority, downloadId: nil) }
-        try await slots.acquire(host: host, kind: kind, priority: defaultPriority)
+    ///
+    /// Content (a range fetch) is metered like a download, by `throttle` (the download's it
+    /// belongs to: its id and priority), and waits for its slot at the throttle's priority now;
+    /// without one, at `defaultPriority` and for no download. Small requests are not metered.
+    func run<Value>(
+        _ job: AwaitedJob<Value>, host: String, kind: TransferSlots.Kind, throttle: TransferThrottle? = nil
+    ) async throws -> Value {
+        var priority = defaultPriority
+        if kind == .content {
+            let throttle = throttle ?? makeThrottle(priority: defaultPriority, downloadId: nil)
+            priority = throttle.priority
+            job.throttle = throttle
+        }
+        try await slots.acquire(host: host, kind: kind, priority: priority)
         defer { slots.release(host: host) }
         return try await loop.run(job)
     }

@@ -402,6 +402,58 @@ struct DeltaUpdaterTests {
         #expect(manifestRequests.allSatisfy { $0.headers["authorization"] == token })
     }
 
+    @Test("an update's range requests run as its download: setPriority finds them while it fetches, and not after")
+    func rangesRunAsTheDownload() async throws {
+        try #require(NginxServer.isAvailable)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let v1 = fixture.files(count: 6, size: 256 << 10)
+        let v2 = fixture.files(count: 6, size: 256 << 10, changed: [1, 4], seed: 5)
+        let old = try fixture.package("v1", version: "1.0", files: v1)
+        let new = try fixture.package("v2", version: "2.0", files: v2)
+        _ = try fixture.install(old.zip, version: "1.0")
+        let nginx = try NginxServer(root: fixture.site)
+        defer { nginx.stop() }
+        let (updater, http) = try fixture.updater()
+        defer { http.shutdown() }
+        // Half a MiB of changed entries at 192 KiB/s: the ranges take a few seconds.
+        updater.engine.updateRateLimits(RateLimits(maxRate: try ByteRate(parsing: "192k")))
+
+        // The queue's way in: an update download whose catalog entry names the manifest.
+        let target = try fixture.target(base: nginx.url, name: "v2", version: "2.0", info: new.info)
+        let now = Date()
+        let download = DownloadRecord(
+            id: "0123456789abcdef", transactionId: "1000", contentIdentifier: Self.product, productId: Self.product,
+            url: target.packageURL, sha256: target.packageSHA256, length: target.packageLength, version: "2.0",
+            placement: .documents, unpackedLength: nil, state: .active, progress: 0, bytesReceived: 0, rate: 0,
+            durableOffset: 0, partialPath: fixture.directory.appending("part").path, createdAt: now, updatedAt: now,
+            updateFrom: "1.0", mirrors: [],
+            manifest: ManifestReference(url: target.manifestURL, sha256: target.manifestSHA256, length: target.manifestLength))
+        // Unset, an update in a foreground engine transfers at high, as its whole package would.
+        #expect(download.transferPriority(in: .foreground) == .high)
+        #expect(download.transferPriority(in: .background) == .low)
+        let delta = DeltaContentUpdate(updater: updater, logger: Logger(label: "test"))
+        #expect(!updater.engine.setPriority(.low, downloadId: download.id))
+        let running = Task { try await delta.update(download) { _ in } }
+        // `courier priority ID low` (what the pipeline's heartbeat hands the engine) reaches it.
+        #expect(await Self.eventually { updater.engine.setPriority(.low, downloadId: download.id) })
+        #expect(!updater.engine.setPriority(.low, downloadId: "another"))
+        let placed = try #require(try await running.value)
+        #expect(placed == fixture.placer.contentURL(Self.product, placement: .documents))
+        #expect(fixture.installed() == v2)
+        #expect(await Self.eventually { !updater.engine.setPriority(.high, downloadId: download.id) })
+    }
+
+    /// Whether `condition` holds within 30 s, asked every 5 ms (without blocking a thread).
+    static func eventually(_ condition: () -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if condition() { return true }
+            try? await Task.sleep(nanoseconds: 5_000_000)
+        }
+        return condition()
+    }
+
     @Test("neighbouring ranges coalesce under the gap threshold; requests hold at most the limit")
     func coalescing() {
         let ranges: [Range<Int64>] = [0..<10, 15..<20, 100..<110, 111..<120, 1000..<1001]
