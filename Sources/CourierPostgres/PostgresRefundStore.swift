@@ -173,6 +173,7 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
 
     /// LISTENs for other gates' refunds; reconnects after a pause when the connection drops.
     private func listen() async {
+        var retry = 0
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
@@ -188,9 +189,14 @@ public final class PostgresRefundStore: RefundStore, Service, Sendable {
                 if Task.isCancelled { return }
                 logger.warning("lost the PostgreSQL refunds channel; retrying", metadata: ["error": "\(error)"])
             }
-            try? await Task.sleep(for: .seconds(1))
+            retry += 1
+            try? await Task.sleep(for: .seconds(Self.relisten.delay(retry: retry)))
         }
     }
+
+    /// When the channel is listened to again after it ended: a second later, every time (the
+    /// one retry policy of Courier, without a limit or jitter).
+    static let relisten = RetryPolicy(maxRetries: nil, backoffBase: 1, backoffMax: 1, jitter: false)
 
     private func applyNotification(_ payload: String) {
         guard let (revocation, flag) = Self.parse(payload) else { return }

@@ -40,7 +40,9 @@ public struct DeltaUpdater: Sendable {
         public var gapThreshold: Int64 = 64 << 10
         /// The most ranges asked for in one request. Default 32.
         public var maxRangesPerRequest: Int = 32
-        /// Tries per range request on a network error before falling back. Default 3.
+        /// Tries per range request on a network error before falling back. Default 3. The
+        /// retries (`attempts` − 1) wait by the transfers' `RetryPolicy` schedule
+        /// (`transfer.initialBackoff`, `maxBackoff`, `jitter`).
         public var attempts: Int = 3
         /// Try a reflink clone of unchanged files before copying (turned off to test the copy).
         public var allowReflink: Bool = true
@@ -343,6 +345,9 @@ public struct DeltaUpdater: Sendable {
             if !multipleRanges { logger.debug("the origin answers one range per request (HEAD probe)") }
         }
         var failures = 0
+        // The one retry policy: the transfers' schedule, this updater's count of tries.
+        var retryPolicy = transfer.retryPolicy
+        retryPolicy.maxRetries = max(0, configuration.attempts - 1)
         while !pending.isEmpty {
             if Task.isCancelled { throw CourierError(.paused, "the update was paused") }
             let groups = DeltaPlan.coalesce(
@@ -368,12 +373,12 @@ public struct DeltaUpdater: Sendable {
                 if Task.isCancelled || error.code == .cancelled { throw CourierError(.paused, "the update was paused") }
                 failures += 1
                 logger.debug("range request failed", metadata: ["error": "\(error)", "attempt": "\(failures)"])
-                if error.code == .network && failures < configuration.attempts {
+                if error.code == .network && retryPolicy.allows(retry: failures) {
                     // Keep what arrived whole; ask again for the rest, after the transfers'
                     // backoff (an origin that just failed is not asked again at once).
                     let done = try await verify(assembler, store: store)
                     pending.removeAll { done.contains($0.sha256) }
-                    let delay = transfer.retryPolicy.delay(retry: failures)
+                    let delay = retryPolicy.delay(retry: failures)
                     logger.debug(
                         "retrying the range request", metadata: ["cause": "\(error)", "retry": "\(failures)", "delay": "\(delay)"])
                     do {
@@ -406,7 +411,7 @@ public struct DeltaUpdater: Sendable {
                 if pending.count == before {
                     // Nothing asked for arrived whole: an origin that keeps doing so is not usable.
                     failures += 1
-                    guard failures < configuration.attempts else {
+                    guard retryPolicy.allows(retry: failures) else {
                         throw Fallback("the origin's range answers do not hold the entries asked for")
                     }
                     multipleRanges = false

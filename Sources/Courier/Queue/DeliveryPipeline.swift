@@ -392,7 +392,9 @@ public final class DeliveryPipeline: Sendable {
         logger.info("transaction finished", metadata: ["transaction-id": "\(transaction.id)", "product-id": "\(transaction.productId)"])
         guard let notifier else { return }
         let policy = RetryPolicy(maxRetries: 4, backoffBase: 0.2, backoffMax: 3.2, jitter: false)
-        for attempt in 1...5 {
+        // The policy alone bounds the attempts: 1 + maxRetries.
+        var attempt = 1
+        while true {
             do {
                 try await notifier.transactionFinished(transaction)
                 return
@@ -402,6 +404,7 @@ public final class DeliveryPipeline: Sendable {
                     metadata: ["transaction-id": "\(transaction.id)", "attempt": "\(attempt)", "error": "\(error)"])
                 if Task.isCancelled || !policy.allows(retry: attempt) { return }
                 try? await Task.sleep(nanoseconds: UInt64(policy.delay(retry: attempt) * 1e9))
+                attempt += 1
             }
         }
     }

@@ -77,7 +77,8 @@ package struct SchemaMigrations: Sendable {
     }
 
     /// Runs `body` (open a store, migrate it) again while SQLite answers `SQLITE_BUSY` or
-    /// `SQLITE_LOCKED`, for up to `limit` seconds, with a growing pause.
+    /// `SQLITE_LOCKED`, for up to `limit` seconds, with a growing pause (`busyRetries`: 2 ms,
+    /// doubling, at most 0.2 s).
     ///
     /// The busy handler (`busyMode = .timeout`) covers most waits, not all: SQLite returns
     /// `SQLITE_BUSY` at once, without calling it, to a WAL reader whose snapshot went stale
@@ -85,16 +86,20 @@ package struct SchemaMigrations: Sendable {
     /// process running WAL recovery, and when switching the journal mode would deadlock.
     package static func retryingBusy<T>(limit: TimeInterval = 30, _ body: () throws -> T) throws -> T {
         let deadline = Date().addingTimeInterval(limit)
-        var pause: UInt32 = 2_000  // microseconds
+        var retry = 0
         while true {
             do {
                 return try body()
             } catch let error as DatabaseError
                 where [.SQLITE_BUSY, .SQLITE_LOCKED].contains(error.resultCode) && Date() < deadline
             {
-                usleep(pause)
-                pause = min(pause * 2, 200_000)
+                retry += 1
+                usleep(UInt32(busyRetries.delay(retry: retry) * 1e6))
             }
         }
     }
+
+    /// The schedule of `retryingBusy` (its deadline bounds it, not a count): the one retry
+    /// policy of Courier, without jitter, as before.
+    static let busyRetries = RetryPolicy(maxRetries: nil, backoffBase: 0.002, backoffMax: 0.2, jitter: false)
 }

@@ -6,8 +6,9 @@ import Foundation
 /// jitter (half fixed, half random: never zero, never in lockstep with other clients); a server's
 /// `Retry-After` wins, capped at `backoffMax`. Transfers (`transfer.maxRetries`,
 /// `transfer.initialBackoff`, `transfer.maxBackoff`, `transfer.jitter`), range fetches of delta
-/// updates, verifyReceipt calls, the agent's retries of failed downloads, the finish webhook and
-/// the finish notification all use it; `TransferAttempts` decides when a transfer retries.
+/// updates, verifyReceipt calls, the agent's retries of failed downloads, the finish webhook,
+/// the finish notification, the state database's busy retries, the TUF store's lock and the
+/// PostgreSQL refunds channel all use it; `TransferAttempts` decides when a transfer retries.
 public struct RetryPolicy: Sendable, Equatable {
     /// Retries after the first attempt before giving up (`curl --retry N`); nil: no limit (the
     /// agent and the webhook outbox keep trying, with the delay capped).

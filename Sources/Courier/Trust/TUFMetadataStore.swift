@@ -52,14 +52,16 @@ public struct TUFMetadataStore: Sendable {
         let file = directory.appendingPathComponent(".lock")
         let descriptor = open(file.path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else { throw CourierError.posix("open", path: file.path) }
+        var retry = 0
         while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             guard code == EWOULDBLOCK || code == EINTR else {
                 close(descriptor)
                 throw CourierError.posix("flock", path: file.path, errno: code)
             }
+            retry += 1
             do {
-                try await Task.sleep(for: .milliseconds(20))
+                try await Task.sleep(for: .seconds(Self.lockRetries.delay(retry: retry)))
             } catch {
                 close(descriptor)
                 throw error
@@ -67,6 +69,10 @@ public struct TUFMetadataStore: Sendable {
         }
         return TUFStoreLock(descriptor: descriptor)
     }
+
+    /// How `lock` asks again for a lock another process holds: every 20 ms until it is free
+    /// (the one retry policy of Courier, without a limit or jitter).
+    static let lockRetries = RetryPolicy(maxRetries: nil, backoffBase: 0.02, backoffMax: 0.02, jitter: false)
 
     /// Starts a store from a root the user trusts (the out-of-band first root): it must parse as
     /// root metadata signed by its own keys. An existing root is replaced only by `force`.

@@ -256,6 +256,41 @@ struct DeltaUpdaterTests {
         #expect(packageOrigin.bodyBytesSent < Int(new.info.packedSize) / 2)
     }
 
+    @Test("a range request the network fails is asked again by the retry policy, `attempts` times in all, then falls back",
+          arguments: [2, 3])
+    func rangeRetriesFollowThePolicy(failures: Int) async throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let old = try fixture.package("v1", version: "1.0", files: fixture.files(count: 4, size: 8 << 10))
+        let new = try fixture.package("v2", version: "2.0", files: fixture.files(count: 4, size: 8 << 10, changed: [2]))
+        _ = try fixture.install(old.zip, version: "1.0")
+        let manifestData = try Data(contentsOf: PackageManifest.url(besidePackage: new.zip))
+        // The origin answers 503 to its first `failures` requests (a network failure that can heal).
+        var behavior = FaultOrigin.Behavior()
+        behavior.status = 503
+        behavior.faultyResponses = failures
+        let packageOrigin = try FaultOrigin(content: try Data(contentsOf: new.zip), behavior: behavior)
+        defer { packageOrigin.stop() }
+        let manifestOrigin = try FaultOrigin(content: manifestData)
+        defer { manifestOrigin.stop() }
+        var target = try fixture.target(base: packageOrigin.url, name: "v2", version: "2.0", info: new.info)
+        target.manifestURL = manifestOrigin.url("/v2.manifest.json")
+        let (updater, http) = try fixture.updater { $0.attempts = 3 }
+        defer { http.shutdown() }
+        // One changed entry and ContentInfo.plist, coalesced into one range: no HEAD probe.
+        if failures < 3 {
+            let outcome = try await updater.update(target)
+            #expect(outcome.content.version == "2.0")
+            #expect(outcome.requests == failures + 1)
+            #expect(packageOrigin.requests.count == failures + 1)
+        } else {
+            let error = await #expect(throws: DeltaUpdater.Fallback.self) { _ = try await updater.update(target) }
+            #expect(error?.cause?.code == .network)
+            #expect(packageOrigin.requests.count == 3)
+            #expect(try fixture.placer.content(Self.product)?.version == "1.0")
+        }
+    }
+
     @Test("an installed file changed on disk is not a source: its entry is fetched")
     func changedInstalledFileIsFetched() async throws {
         try #require(NginxServer.isAvailable)
