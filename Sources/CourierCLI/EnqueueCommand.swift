@@ -14,19 +14,17 @@ struct EnqueueCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            var configuration = try global.loadConfiguration()  // a bad configuration is said (exit 2), agent or not
+            let configuration = try global.loadConfiguration()  // a bad configuration is said (exit 2), agent or not
             if let agent = global.agentControl() {  // hand the purchase to the running agent
                 // With --catalog-root, the catalog must pass TUF here before the agent (which
                 // checks it again with its own catalog.trustedRoot) is given the purchase.
                 if purchase.catalogRoot != nil {
-                    configuration.trustCatalogRoot(purchase.catalogRoot)
-                    let (location, base) = try configuration.catalogLocation(purchase.catalog, for: "look the purchase up in")
-                    let transport = try CurlHTTPTransport(configuration: configuration.transfer)
-                    defer { transport.shutdown() }
-                    _ = try await CatalogLoader(
-                        transport: transport, layout: global.layout, trust: configuration.resolvedCatalogTrust,
-                        logger: global.logger("courier", default: .warning)
-                    ).load(location, relativeTo: base)
+                    let core = try global.core(
+                        configuration: configuration, logger: global.logger("courier", default: .warning),
+                        catalogRoot: purchase.catalogRoot)
+                    let (location, base) = try core.configuration.catalogLocation(purchase.catalog, for: "look the purchase up in")
+                    // The loader's own transport ends with it.
+                    _ = try await core.catalogLoader().load(location, relativeTo: base)
                 }
                 try report(await agent.perform(.enqueue(purchase.purchase())), output: output, via: "the agent")
                 return

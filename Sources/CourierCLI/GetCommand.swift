@@ -154,7 +154,8 @@ struct GetCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await global.run { output in
-            var configuration = try global.loadConfiguration().transfer
+            var loaded = try global.loadConfiguration()
+            var configuration = loaded.transfer
             if let retry { configuration.maxRetries = retry }
             if let connectTimeout { configuration.connectTimeout = connectTimeout }
             if let maxTime { configuration.maxTime = maxTime }
@@ -164,7 +165,12 @@ struct GetCommand: AsyncParsableCommand {
                 configuration.maxConcurrentTransfers = jobs
                 configuration.maxTransfersPerHost = jobs
             }
-            let engine = try TransferEngine(configuration: configuration, logger: global.logger("courier.get", default: .warning))
+            loaded.transfer = configuration
+            // No store: the core hands out the engine alone (the layout is only named, never touched).
+            let engine = try CourierCore(
+                configuration: loaded, layout: StorageLayout.resolve(explicit: global.storage),
+                logger: global.logger("courier.get", default: .warning)
+            ).transferEngine()
             defer { engine.shutdown() }
             let requestHeaders = headers.map { header -> (String, String) in
                 let parts = header.split(separator: ":", maxSplits: 1)

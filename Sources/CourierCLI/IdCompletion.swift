@@ -37,7 +37,8 @@ enum IdCompletion {
             var logger = Logger(label: "courier-completion")
             logger.logLevel = .critical
             let finished = kind != .unfinishedIds
-            if let queue = try? PaymentQueue(layout: layout, logger: logger),
+            // The default configuration: a completion reads ids, whatever the file says.
+            if let queue = try? CourierCore(configuration: CourierConfiguration(), layout: layout, logger: logger).paymentQueue(),
                 let entries = try? queue.entries(includeFinished: finished)
             {
                 for entry in entries {

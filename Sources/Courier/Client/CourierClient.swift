@@ -57,9 +57,7 @@ public final class CourierClient: Sendable {
         let store = try StateStore(layout: layout)
         let queue = core.paymentQueue(store: store)
         let onTransferRetry = options.onTransferRetry
-        let engine = try TransferEngine(
-            configuration: configuration.transfer, logger: logger, trafficClass: options.trafficClass
-        ) { [logger] retry in
+        let engine = try core.transferEngine(trafficClass: options.trafficClass) { [logger] retry in
             onTransferRetry?(retry)
             let count = retry.maxRetries > 0 ? "retry \(retry.retry) of \(retry.maxRetries)" : "retry \(retry.retry)"
             let cause = retry.error.cause.map { " (\($0))" } ?? ""

@@ -1,10 +1,10 @@
 import Foundation
 import Logging
 
-/// The client core's parts for a command that needs no transfer engine: the queue of an
+/// The client core's parts for a command that needs no `CourierClient`: the queue of an
 /// existing store and its commands (`list`, `status`, `pause`…), the content placer (`content`,
-/// `package install`), the receipt validator and signed-transaction verifier (`receipt`, `serve`)
-/// and the catalog loader. Each is assembled here from one configuration, one layout and one
+/// `package install`), the receipt validator and signed-transaction verifier (`receipt`, `serve`),
+/// the catalog loader and a transfer engine (`get`). Each is assembled here from one configuration, one layout and one
 /// logger, and `CourierClient` is built over the same parts: the front ends (the CLI, the agent,
 /// the origin) take them from here and never assemble one themselves.
 public struct CourierCore: Sendable {
@@ -78,5 +78,15 @@ public struct CourierCore: Sendable {
     /// An HTTP transport for one-shot requests (legacy receipts, catalogs) with the transfer settings.
     public func httpTransport() throws -> any HTTPTransport {
         try CurlHTTPTransport(configuration: configuration.transfer)
+    }
+
+    /// A transfer engine with the transfer settings (a command's own adjustments, such as
+    /// `get --limit-rate`, made to `configuration.transfer` first), for `trafficClass`;
+    /// `onRetry` hears every retry it schedules. `CourierClient` runs its downloads on one;
+    /// `courier get`, which needs no store, on one of its own. Call `shutdown()` when done.
+    public func transferEngine(
+        trafficClass: TrafficClass = .foreground, onRetry: (@Sendable (TransferRetry) -> Void)? = nil
+    ) throws -> TransferEngine {
+        try TransferEngine(configuration: configuration.transfer, logger: logger, trafficClass: trafficClass, onRetry: onRetry)
     }
 }
