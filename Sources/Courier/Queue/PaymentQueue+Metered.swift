@@ -64,12 +64,14 @@ extension PaymentQueue {
     public func applyConnection(metered: Bool, policy: MeteredPolicy, now: Date = Date()) throws -> [DownloadRecord] {
         var moved: [DownloadRecord] = []
         for download in try unfinishedDownloads(scope: .all) {
-            let relevant =
-                metered
-                ? (download.state == .waiting || download.state == .active || download.pauseReason == .interrupted)
-                : download.pauseReason == .waitingForUnmetered
-            guard relevant else { continue }
             let background = policy.isBackground(download)
+            // The lifecycle says which downloads the connection moves, asked first on the record
+            // read here: one it leaves alone costs no database transaction.
+            var probe = DownloadLifecycle(record: download)
+            let before = probe
+            guard (try? probe.handle(.connection(metered: metered, background: background))) != nil, probe != before else {
+                continue
+            }
             let (record, _) = try transition(download.id) { db -> DownloadLifecycle.Event in
                 switch self.leaseFact(try LeaseManager.lease(db, downloadId: download.id), now: now) {
                 case .live:

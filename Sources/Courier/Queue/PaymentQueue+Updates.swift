@@ -28,9 +28,14 @@ extension PaymentQueue {
             if record.isUpdate, record.state != .finished, record.sha256 == content.sha256.lowercased() {
                 return ((record, false), [])  // already queued
             }
-            if record.state == .active { return ((nil, false), []) }
             var machine = DownloadLifecycle(record: record)
-            let actions = try machine.handle(.retarget)
+            let actions: [DownloadLifecycle.Action]
+            do {
+                actions = try machine.handle(.retarget)
+            } catch let error as CourierError where error.code == .invalidState {
+                // The lifecycle refuses while it is active: its worker ends the old one first.
+                return ((nil, false), [])
+            }
             record.url = content.url
             record.sha256 = content.sha256.lowercased()
             record.length = content.length
