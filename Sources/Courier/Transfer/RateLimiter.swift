@@ -159,6 +159,11 @@ package final class RateLimiter: Sendable {
         state.withLock { $0.share.members[member]?.priority }
     }
 
+    /// The priorities the transfers of `downloadId` running here contend at now (none: none runs).
+    package func priorities(of downloadId: String) -> [DownloadPriority] {
+        state.withLock { $0.share.members.values.filter { $0.downloadId == downloadId }.map(\.priority) }
+    }
+
     /// Seconds until a transfer of `trafficClass` may receive again (0: now): the shared buckets,
     /// then (for a `member`) its share of them by priority.
     func wait(_ trafficClass: TrafficClass, member: UInt64? = nil, now: Double) -> Double {
