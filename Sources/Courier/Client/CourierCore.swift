@@ -4,9 +4,10 @@ import Logging
 /// The client core's parts for a command that needs no `CourierClient`: the queue of an
 /// existing store and its commands (`list`, `status`, `pause`…), the content placer (`content`,
 /// `package install`), the receipt validator and signed-transaction verifier (`receipt`, `serve`),
-/// the catalog loader and a transfer engine (`get`). Each is assembled here from one configuration, one layout and one
-/// logger, and `CourierClient` is built over the same parts: the front ends (the CLI, the agent,
-/// the origin) take them from here and never assemble one themselves.
+/// the catalog loader and a transfer engine (`get`). Each is assembled here from one
+/// configuration, one layout and one logger, and `CourierClient` is built over the same parts:
+/// the front ends (the CLI, the agent, the origin) take them from here and never assemble one
+/// themselves.
 public struct CourierCore: Sendable {
     public let configuration: CourierConfiguration
     public let layout: StorageLayout
