@@ -19,6 +19,11 @@ static inline CURLcode courier_easy_setopt_opensocket_callback(CURL *handle, cur
     return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback);
 }
 
+/// curl_easy_setopt for CURLOPT_SOCKOPTFUNCTION.
+static inline CURLcode courier_easy_setopt_sockopt_callback(CURL *handle, curl_sockopt_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, callback);
+}
+
 /// curl_easy_setopt for options that take a long (CURLOPTTYPE_LONG).
 static inline CURLcode courier_easy_setopt_long(CURL *handle, CURLoption option, long value) {
     return curl_easy_setopt(handle, option, value);

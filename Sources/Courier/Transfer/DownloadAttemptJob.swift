@@ -81,6 +81,15 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
         let bufferSize = throttle?.receiveBufferSize(upTo: configuration.receiveBufferSize) ?? configuration.receiveBufferSize
         _ = courier_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, bufferSize)
         _ = courier_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1)
+        if throttle?.priority == .low, let window = LowPriorityWindow.size(configuration.lowPriorityReceiveBuffer) {
+            // A bounded receive window: once it must wait, the origin stops sending to it within
+            // this many bytes. On a connection of its own, so no other download inherits it.
+            try CurlOption.check(courier_easy_setopt_sockopt_callback(easy, LowPriorityWindow.apply), "CURLOPT_SOCKOPTFUNCTION")
+            try CurlOption.check(
+                courier_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, UnsafeMutableRawPointer(bitPattern: window)), "CURLOPT_SOCKOPTDATA")
+            try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1), "CURLOPT_FRESH_CONNECT")
+            try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1), "CURLOPT_FORBID_REUSE")
+        }
         _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
         if let timeLimit {
             // The rest of the download's time limit: the attempt ends in CURLE_OPERATION_TIMEDOUT.
@@ -315,5 +324,29 @@ public enum SpaceCheck {
                 at: url.deletingLastPathComponent().path, bytes: bytes, reserve: reserve, reserveSetting: reserveSetting,
                 available: available)
         }
+    }
+}
+
+/// The socket receive buffer of a low priority download (`transfer.lowPriorityReceiveBuffer`).
+enum LowPriorityWindow {
+    /// The buffer to set, within what SO_RCVBUF takes; nil: leave the kernel's autotuning.
+    static func size(_ configured: Int) -> Int? {
+        configured > 0 ? min(max(configured, 4096), Int(Int32.max / 2)) : nil
+    }
+
+    /// CURLOPT_SOCKOPTFUNCTION: sets SO_RCVBUF on the connection's socket before it connects
+    /// (the window scale is fixed at the handshake). The size travels as the pointer's bits.
+    static let apply: curl_sockopt_callback = { clientp, socket, purpose in
+        guard purpose == CURLSOCKTYPE_IPCXN else { return CURL_SOCKOPT_OK }
+        // A refusal leaves autotuning: the download still works, only waits less promptly.
+        _ = set(socket, size: Int(bitPattern: clientp))
+        return CURL_SOCKOPT_OK
+    }
+
+    /// Sets SO_RCVBUF of `socket` to `size` bytes (the kernel doubles it for its bookkeeping);
+    /// false if refused.
+    static func set(_ socket: Int32, size: Int) -> Bool {
+        var value = Int32(truncatingIfNeeded: size)
+        return setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &value, socklen_t(MemoryLayout<Int32>.size)) == 0
     }
 }

@@ -57,6 +57,16 @@ struct PriorityShare: Sendable {
         var lastSeen: Double
         /// Until the first `rebalance` after it joined: its credit is not set up yet.
         var needsCredit = true
+        /// Until when the wait it was last told lasts: a member held back still wants bytes.
+        var heldUntil = -Double.infinity
+        /// Its part of the budget of the priorities below the top one while the origin is the
+        /// bottleneck (`OriginContention`); nil: not held back that way.
+        var originCredit: TokenBucket?
+
+        /// Whether it wants bytes at `now`: it asked lately, or waits on a limit.
+        func isActive(now: Double) -> Bool {
+            now - max(lastSeen, heldUntil) <= PriorityShare.dormantAfter
+        }
     }
 
     /// Seconds without asking after which a member no longer counts in the shares.
@@ -110,6 +120,59 @@ struct PriorityShare: Sendable {
     mutating func take(_ id: UInt64, _ bytes: Int, now: Double) {
         members[id]?.lastSeen = now
         members[id]?.credit.take(bytes, now: now)
+        members[id]?.originCredit?.take(bytes, now: now)
+    }
+
+    /// Member `id` was told to wait until `until` (it still wants bytes meanwhile).
+    mutating func hold(_ id: UInt64, until: Double) {
+        members[id]?.heldUntil = until
+    }
+
+    func priority(of id: UInt64) -> DownloadPriority? {
+        members[id]?.priority
+    }
+
+    /// The highest priority among the members that want bytes, and the weights at and below it
+    /// (nil: nobody wants bytes).
+    func mix(now: Double) -> OriginContention.Mix? {
+        var mix: OriginContention.Mix?
+        for member in members.values where member.isActive(now: now) {
+            let weight = member.priority.weight
+            guard var current = mix else {
+                mix = OriginContention.Mix(top: member.priority, topWeight: weight, belowWeight: 0)
+                continue
+            }
+            if member.priority > current.top {
+                current = OriginContention.Mix(
+                    top: member.priority, topWeight: weight, belowWeight: current.belowWeight + current.topWeight)
+            } else if member.priority == current.top {
+                current.topWeight += weight
+            } else {
+                current.belowWeight += weight
+            }
+            mix = current
+        }
+        return mix
+    }
+
+    /// Seconds until member `id` may receive under the budget of the priorities below the top
+    /// one (0: now, or it is at the top, or there is no budget). Its part is by weight, over the
+    /// members below the top that want bytes.
+    mutating func originWait(_ id: UInt64, budget: Double?, mix: OriginContention.Mix?, now: Double) -> Double {
+        guard var member = members[id] else { return 0 }
+        defer { members[id] = member }
+        guard let budget, let mix, member.priority < mix.top else {
+            member.originCredit = nil
+            return 0
+        }
+        let weight = member.priority.weight
+        let part = Int64(max(1, min(budget * weight / max(mix.belowWeight, weight), Double(Int64.max / 2))))
+        if member.originCredit == nil {
+            member.originCredit = TokenBucket(rate: part, now: now)
+        } else if member.originCredit?.rate != Double(part) {
+            member.originCredit?.setRate(part, now: now)
+        }
+        return member.originCredit?.wait(now: now) ?? 0
     }
 
     /// Sets every member's credit rate to its share when the rate or the weights of the members
@@ -117,13 +180,13 @@ struct PriorityShare: Sendable {
     /// in the others' (it is back at once when it asks again).
     private mutating func rebalance(rate: Double, now: Double) {
         let total = members.values.reduce(0) { sum, member in
-            now - member.lastSeen <= Self.dormantAfter ? sum + member.priority.weight : sum
+            member.isActive(now: now) ? sum + member.priority.weight : sum
         }
         guard total != totalWeight || rate != sharedRate else { return }
         totalWeight = total
         sharedRate = rate
         for (id, member) in members {
-            let active = now - member.lastSeen <= Self.dormantAfter
+            let active = member.isActive(now: now)
             let weight = member.priority.weight
             let share = rate * weight / max(active ? total : total + weight, weight)
             let shareRate = Int64(max(1, min(share, Double(Int64.max / 2))))

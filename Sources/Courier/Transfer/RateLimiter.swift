@@ -108,6 +108,8 @@ package final class RateLimiter: Sendable {
         var checked: Double?
         /// The transfers' shares of the limits by priority.
         var share = PriorityShare()
+        /// The lower priorities' budget when the origin is the bottleneck.
+        var contention = OriginContention()
     }
 
     private let state: Mutex<State>
@@ -171,10 +173,29 @@ package final class RateLimiter: Sendable {
             refresh(&state, now: now)
             var wait = state.global?.wait(now: now) ?? 0
             if trafficClass == .background, let background = state.background?.wait(now: now) { wait = max(wait, background) }
-            guard let member, let rate = Self.sharedRate(state, trafficClass) else { return wait }
-            let untilSurplus = Self.untilSurplus(state, trafficClass)
-            return max(wait, state.share.wait(member, rate: rate, untilSurplus: untilSurplus, now: now))
+            guard let member else { return wait }
+            let rate = Self.sharedRate(state, trafficClass)
+            if let rate {
+                let untilSurplus = Self.untilSurplus(state, trafficClass)
+                wait = max(wait, state.share.wait(member, rate: rate, untilSurplus: untilSurplus, now: now))
+            }
+            // The origin as the bottleneck: the lower priorities' budget, unless a limit of ours
+            // binds (its shares are exact).
+            let mix = state.share.mix(now: now)
+            let bound = rate.map { state.contention.totalRate >= $0 * Self.boundRatio } ?? false
+            let budget = state.contention.update(mix: mix, bound: bound, now: now)
+            wait = max(wait, state.share.originWait(member, budget: budget, mix: mix, now: now))
+            if wait > 0 { state.share.hold(member, until: now + wait) }
+            return wait
         }
+    }
+
+    /// What a limit of ours must be used to, as measured, to count as the bottleneck.
+    static let boundRatio = 0.9
+
+    /// The contention phase, capacity and budget (for tests and `status`).
+    var contention: OriginContention {
+        state.withLock { $0.contention }
     }
 
     /// Counts `bytes` received by a transfer of `trafficClass` (and `member`'s share).
@@ -183,7 +204,10 @@ package final class RateLimiter: Sendable {
             refresh(&state, now: now)
             state.global?.take(bytes, now: now)
             if trafficClass == .background { state.background?.take(bytes, now: now) }
-            if let member { state.share.take(member, bytes, now: now) }
+            if let member {
+                state.share.take(member, bytes, now: now)
+                if let priority = state.share.priority(of: member) { state.contention.record(bytes, priority: priority, now: now) }
+            }
         }
     }
 
