@@ -54,6 +54,12 @@ public struct TransferDownloadStage: ContentDownloading {
         // Every download names its SHA-256 and length: a journal is first written at the first
         // checkpoint, not before the first byte (`savesFirstJournalEagerly`).
         request.savesFirstJournalEagerly = false
+        // The package is consumed by the install that follows, whose `syncfs` before its rename
+        // flushes the package's filesystem anyway (and the package is deleted once the install
+        // is recorded); a package left by a crash is hashed again before any use
+        // (`DeliveryPipeline.verifiedPackage`), never trusted by its name. So no fdatasync of
+        // the file or fsync of its folder here: the write-back starts at once instead.
+        request.durability = .deferredToCaller
         let result = try await engine.download(request, journal: journal) { update in
             progress(
                 DownloadProgress(
