@@ -130,12 +130,14 @@ public final class ContentPlacer: Sendable {
     }
 
     /// `install` in three steps, for callers that install many packages at once (the delivery
-    /// pipeline): `prepareInstall` fills and seals the staging folder (blocking), `flush` waits,
-    /// without blocking a thread, for a `syncfs` of its filesystem that started after the
-    /// staging was written (one for every install that waits meanwhile: group commit), and
-    /// `completeInstall` records the intent, swaps the folder into place and records it
-    /// (blocking). The order of `install` holds: the content is on disk before the rename, and
-    /// the rename before the record. End a prepared install that is not completed with
+    /// pipeline): `prepareInstall` fills and seals the staging folder and records the intent
+    /// (blocking), `flush` waits, without blocking a thread, for a `syncfs` of its filesystem
+    /// that started after that (one for every install that waits meanwhile: group commit), and
+    /// `completeInstall` swaps the folder into place and records it (blocking). The order of
+    /// `install` holds: the content and the intent are on disk before the rename, and the rename
+    /// before the record. The intent's commit is lazy when the state database is on the
+    /// staging's filesystem (the `syncfs` makes it durable with the content: one WAL sync fewer
+    /// per install), durable otherwise. End a prepared install that is not completed with
     /// `abandon` (it is left to `recover()` otherwise). `flush` does nothing when
     /// `placement.syncBeforeRename` is off.
     package func prepareInstall(
@@ -156,7 +158,12 @@ public final class ContentPlacer: Sendable {
                 verifiedSHA256: verifiedSHA256
             )(session.staging, session.existing, session.logger)
             seal(session)
-            return PreparedInstall(session: session, info: info, files: files)
+            // The intent before the flush: lazy when the flush covers the state database too
+            // (same filesystem as the staging), so the swap still follows it on disk.
+            let database = Self.device(of: store.url)
+            let covered = placement.syncBeforeRename && database != nil && database == Self.device(of: session.staging)
+            let intent = try writeIntent(session, info: info, files: files, durable: !covered)
+            return PreparedInstall(session: session, intent: intent)
         } catch {
             session.end()
             throw error
@@ -174,7 +181,13 @@ public final class ContentPlacer: Sendable {
     /// does); ends it either way.
     package func completeInstall(_ prepared: PreparedInstall, recording: (PlacementRecord) throws -> Void) throws -> DeliveredContent {
         defer { prepared.session.end() }
-        return try place(prepared.session, info: prepared.info, files: prepared.files, recording: recording)
+        return try swapIn(prepared.session, intent: prepared.intent, recording: recording)
+    }
+
+    /// The device of the filesystem holding `url`, nil when it cannot be read.
+    private static func device(of url: URL) -> UInt64? {
+        var status = stat()
+        return stat(url.path, &status) == 0 ? UInt64(status.st_dev) : nil
     }
 
     /// Ends a prepared install that will not be completed: its staging goes, the old version
@@ -271,7 +284,7 @@ public final class ContentPlacer: Sendable {
         let logger: Logger
         /// Whether the folder took its place (its attempt then ended in the commit that records
         /// it, `placed`), and whether `end()` ran.
-        private let state = Mutex<(placed: Bool, ended: Bool)>((false, false))
+        private let state = Mutex<(placed: Bool, ended: Bool, intent: Bool, swapped: Bool)>((false, false, false, false))
 
         init(
             placer: ContentPlacer, contentIdentifier: String, target: Catalog.Placement, id: String, lock: InstallLock,
@@ -290,6 +303,10 @@ public final class ContentPlacer: Sendable {
 
         func markPlaced() { state.withLock { $0.placed = true } }
 
+        func markIntentWritten() { state.withLock { $0.intent = true } }
+
+        func markSwapped() { state.withLock { $0.swapped = true } }
+
         /// Releases the lock and nothing else, as a killed process does (tests).
         func leaveAsKilled() {
             guard !state.withLock({ state in defer { state.ended = true }; return state.ended }) else { return }
@@ -299,14 +316,20 @@ public final class ContentPlacer: Sendable {
         /// Removes staging and the old version, ends the attempt unless the install was placed,
         /// and releases the lock. Only the first call does anything.
         func end() {
-            let (placed, ended) = state.withLock { state in
+            let (placed, ended, unswappedIntent) = state.withLock { state in
                 defer { state.ended = true }
-                return (state.placed, state.ended)
+                return (state.placed, state.ended, state.intent && !state.swapped)
             }
             guard !ended else { return }
             placer.removeTree(staging)
             placer.removeTree(previous)
-            if !placed { placer.endAttempt(contentIdentifier, lockId: id) }
+            if !placed {
+                // An intent written before a flush that failed or was never waited for (the
+                // swap did not run): forgotten here, else `recover()` rolls it back at the next
+                // start. (A swapped install's intent is recovery's to finish.)
+                if unswappedIntent { try? placer.forgetInstall(id) }
+                placer.endAttempt(contentIdentifier, lockId: id)
+            }
             lock.release(removing: true)
         }
     }
@@ -403,8 +426,18 @@ public final class ContentPlacer: Sendable {
     private func place(
         _ session: StagingSession, info: PackageInfo, files: [ExtractedFile], recording: (PlacementRecord) throws -> Void
     ) throws -> DeliveredContent {
-        let (staging, previous, id, contentIdentifier) = (session.staging, session.previous, session.id, session.contentIdentifier)
-        let (existing, target, logger) = (session.existing, session.target, session.logger)
+        let intent = try writeIntent(session, info: info, files: files, durable: true)
+        return try swapIn(session, intent: intent, recording: recording)
+    }
+
+    /// Records the intent of an install whose staging is filled (the staging folder's device and
+    /// inode) with the records of its files, in a durable commit, or a lazy one when a flush of
+    /// the filesystem that holds the state database follows before the swap (`prepareInstall`).
+    private func writeIntent(_ session: StagingSession, info: PackageInfo, files: [ExtractedFile], durable: Bool) throws
+        -> ContentInstallation
+    {
+        let (staging, id, contentIdentifier) = (session.staging, session.id, session.contentIdentifier)
+        let (existing, target) = (session.existing, session.target)
         var status = stat()
         guard lstat(staging.path, &status) == 0 else { throw CourierError.posix("stat", path: staging.path) }
         // Each file's identity as it will stay once in place (renaming the folder changes none of it).
@@ -423,11 +456,21 @@ public final class ContentPlacer: Sendable {
             stagingInode: Int64(status.st_ino),
             createdAt: now
         )
-        try write { db in
+        try write(durable: durable) { db in
             try ContentRows.insert(db, intent)
             for record in records { try ContentRows.insert(db, record) }
         }
+        session.markIntentWritten()
+        return intent
+    }
 
+    /// The swap of an install whose intent is recorded (and whose staging and intent are on
+    /// disk), then its record by `recording` (see `install`).
+    private func swapIn(_ session: StagingSession, intent: ContentInstallation, recording: (PlacementRecord) throws -> Void) throws
+        -> DeliveredContent
+    {
+        let (staging, previous, id, contentIdentifier) = (session.staging, session.previous, session.id, session.contentIdentifier)
+        let (target, logger, now) = (session.target, session.logger, intent.createdAt)
         let destination = contentURL(contentIdentifier, placement: target)
         do {
             if access(destination.path, F_OK) == 0 {
@@ -444,6 +487,7 @@ public final class ContentPlacer: Sendable {
             try? forgetInstall(id)
             throw error
         }
+        session.markSwapped()
         let placement = try placed(intent, installedAt: now, endingAttempt: true)
         do {
             try recording(placement)
@@ -452,7 +496,7 @@ public final class ContentPlacer: Sendable {
             throw error
         }
         session.markPlaced()
-        logger.debug("installed", metadata: ["version": "\(info.version)", "path": "\(destination.path)"])
+        logger.debug("installed", metadata: ["version": "\(intent.version)", "path": "\(destination.path)"])
         return placement.delivered
     }
 
@@ -491,7 +535,7 @@ public final class ContentPlacer: Sendable {
     }
 
     /// Drops the intent and file records of install `id`, whose folder did not take the place.
-    private func forgetInstall(_ id: String) throws {
+    fileprivate func forgetInstall(_ id: String) throws {
         try write { db in
             _ = try ContentInstallation.deleteOne(db, key: id)
             _ = try InstalledFile.filter(Column("installId") == id).deleteAll(db)
@@ -777,9 +821,9 @@ public final class ContentPlacer: Sendable {
         }
     }
 
-    private func write(_ body: @escaping @Sendable (Database) throws -> Void) throws {
+    private func write(durable: Bool = true, _ body: @escaping @Sendable (Database) throws -> Void) throws {
         do {
-            try store.pool.write { db in try body(db) }
+            try store.write(durable: durable) { db in try body(db) }
         } catch let error as CourierError {
             throw error
         } catch {
@@ -854,13 +898,12 @@ final class InstallLock: Sendable {
 /// holding its lock until it is completed or abandoned.
 package final class PreparedInstall: Sendable {
     let session: ContentPlacer.StagingSession
-    let info: PackageInfo
-    let files: [ExtractedFile]
+    /// Its intent, recorded (lazily when the flush covers the state database).
+    let intent: ContentInstallation
 
-    init(session: ContentPlacer.StagingSession, info: PackageInfo, files: [ExtractedFile]) {
+    init(session: ContentPlacer.StagingSession, intent: ContentInstallation) {
         self.session = session
-        self.info = info
-        self.files = files
+        self.intent = intent
     }
 
     /// A prepared install dropped without an end is ended.

@@ -1,6 +1,7 @@
 @testable import Courier
 import CourierTestSupport
 import Foundation
+import GRDB
 import Logging
 import Synchronization
 import Testing
@@ -16,16 +17,22 @@ import Glibc
 @Suite("Group flush of installs")
 struct GroupFlushTests {
     /// What the flushes saw: at each start, the tree of every staging folder (by the folder's
-    /// inode, which the rename into place keeps); and how many had ended.
+    /// inode, which the rename into place keeps) and the intents committed in the store; and
+    /// which had ended.
     final class FlushLog: Sendable {
         struct Flush: Sendable {
             var trees: [Int64: [String: Int64]]
+            var intents: Set<Int64>
             var ended = false
         }
         let flushes = Mutex<[Flush]>([])
         let layout: StorageLayout
+        let store: StateStore
 
-        init(layout: StorageLayout) { self.layout = layout }
+        init(layout: StorageLayout, store: StateStore) {
+            self.layout = layout
+            self.store = store
+        }
 
         /// The flush body: records the staging trees, then flushes for real.
         func flush(_ folder: URL) throws {
@@ -37,17 +44,23 @@ struct GroupFlushTests {
                     trees[GroupFlushTests.inode(staging)] = GroupFlushTests.tree(staging)
                 }
             }
+            let intents = try store.pool.read { db in
+                Set(try Int64.fetchAll(db, sql: "SELECT stagingInode FROM content_installation"))
+            }
             let index = flushes.withLock { flushes in
-                flushes.append(Flush(trees: trees))
+                flushes.append(Flush(trees: trees, intents: intents))
                 return flushes.count - 1
             }
             try FilesystemSync.flush(containing: folder)
             flushes.withLock { $0[index].ended = true }
         }
 
-        /// Whether a flush that has ended saw the folder of inode `inode` holding `tree` when it started.
+        /// Whether a flush that has ended saw, when it started, the folder of inode `inode`
+        /// holding `tree` and its intent committed.
         func covered(inode: Int64, tree: [String: Int64]) -> Bool {
-            flushes.withLock { flushes in flushes.contains { $0.ended && $0.trees[inode] == tree } }
+            flushes.withLock { flushes in
+                flushes.contains { $0.ended && $0.trees[inode] == tree && $0.intents.contains(inode) }
+            }
         }
 
         var count: Int { flushes.withLock { $0.count } }
@@ -76,7 +89,7 @@ struct GroupFlushTests {
         -> (PaymentQueue, MemoryDownloader, ContentPlacer, FlushLog, [VerifiedTransaction], [Data])
     {
         let queue = try QueueFixtures.queue(directory) { $0.maxConcurrentDownloads = 4 }
-        let log = FlushLog(layout: queue.layout)
+        let log = FlushLog(layout: queue.layout, store: queue.store)
         let placer = ContentPlacer(
             layout: queue.layout, store: queue.store, packages: PackageConfiguration(), placement: PlacementConfiguration(),
             logger: Logger(label: "test"), freeSpace: .statvfs, stagingSyncs: StagingSyncs { try log.flush($0) })
@@ -99,7 +112,7 @@ struct GroupFlushTests {
         return (queue, downloader, placer, log, transactions, payloads)
     }
 
-    @Test("each install is recorded only after a flush that started once its files were all written has ended")
+    @Test("each install is swapped and recorded only after a flush that started once its files and intent were written has ended")
     func recordedAfterCoveringFlush() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
