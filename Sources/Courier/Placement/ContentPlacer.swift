@@ -282,8 +282,9 @@ public final class ContentPlacer: Sendable {
         let previous: URL
         let existing: DeliveredContent?
         let logger: Logger
-        /// Whether the folder took its place (its attempt then ended in the commit that records
-        /// it, `placed`), and whether `end()` ran.
+        /// Whether the install was recorded in place (its attempt then ended in the commit that
+        /// records it, `placed`), whether `end()` ran, whether its intent was written, and
+        /// whether its folder was swapped into place.
         private let state = Mutex<(placed: Bool, ended: Bool, intent: Bool, swapped: Bool)>((false, false, false, false))
 
         init(
