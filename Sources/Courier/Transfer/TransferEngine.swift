@@ -78,8 +78,9 @@ public enum DownloadDurability: Sendable, Equatable {
     /// Later, by the caller, together with other files (`courier prestage` syncs its staging
     /// tree's filesystem once, before it publishes the catalog that names them, and checks again
     /// what a crashed run left unpublished; the queue's packages, which the install's `syncfs`
-    /// flushes and a later run hashes again before using). Checkpoints of a long download still fsync the data
-    /// before the journal says it is durable, so a resume never trusts unsynced bytes.
+    /// flushes and a later run hashes again before using). Checkpoints of a long download still
+    /// fsync the data before the journal says it is durable, so a resume never trusts unsynced
+    /// bytes.
     case deferredToCaller
 }
 
