@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -23,8 +24,10 @@ public final class ContentPlacer: Sendable {
     public let placement: PlacementConfiguration
     let logger: Logger
     let freeSpace: FreeSpaceProbe
+    /// The group commits of the `syncfs` before each rename (`flush`).
+    let stagingSyncs: StagingSyncs
 
-    public init(
+    public convenience init(
         layout: StorageLayout,
         store: StateStore,
         packages: PackageConfiguration,
@@ -32,12 +35,23 @@ public final class ContentPlacer: Sendable {
         logger: Logger,
         freeSpace: FreeSpaceProbe = .statvfs
     ) {
+        self.init(
+            layout: layout, store: store, packages: packages, placement: placement, logger: logger, freeSpace: freeSpace,
+            stagingSyncs: StagingSyncs())
+    }
+
+    /// `stagingSyncs`: how `flush` flushes (tests record it).
+    init(
+        layout: StorageLayout, store: StateStore, packages: PackageConfiguration, placement: PlacementConfiguration,
+        logger: Logger, freeSpace: FreeSpaceProbe, stagingSyncs: StagingSyncs
+    ) {
         self.layout = layout
         self.store = store
         self.packages = packages
         self.placement = placement
         self.logger = logger
         self.freeSpace = freeSpace
+        self.stagingSyncs = stagingSyncs
     }
 
     // MARK: Paths
@@ -109,10 +123,86 @@ public final class ContentPlacer: Sendable {
         // a kill) interrupted too often in a row is refused instead of crashing the process again.
         try staged(
             contentIdentifier, placement: target, refusingDowngradeTo: force ? nil : version,
-            fingerprint: Self.fingerprint(package, verifiedSHA256: verifiedSHA256), recording: recording
-        ) { staging, existing, logger in
-            // Every rule that needs no unpacking (those of `package inspect`), the product and the
-            // version run before the space check: a hostile package never purges anything.
+            fingerprint: Self.fingerprint(package, verifiedSHA256: verifiedSHA256), recording: recording,
+            body: extracting(
+                package, contentIdentifier: contentIdentifier, productId: productId, version: version, force: force,
+                verifiedSHA256: verifiedSHA256))
+    }
+
+    /// `install` in three steps, for callers that install many packages at once (the delivery
+    /// pipeline): `prepareInstall` fills and seals the staging folder and records the intent
+    /// (blocking), `flush` waits, without blocking a thread, for a `syncfs` of its filesystem
+    /// that started after that (one for every install that waits meanwhile: group commit), and
+    /// `completeInstall` swaps the folder into place and records it (blocking). The order of
+    /// `install` holds: the content and the intent are on disk before the rename, and the rename
+    /// before the record. The intent's commit is lazy when the state database is on the
+    /// staging's filesystem (the `syncfs` makes it durable with the content: one WAL sync fewer
+    /// per install), durable otherwise. End a prepared install that is not completed with
+    /// `abandon` (it is left to `recover()` otherwise). `flush` does nothing when
+    /// `placement.syncBeforeRename` is off.
+    package func prepareInstall(
+        package: URL,
+        contentIdentifier: String,
+        productId: String,
+        version: String?,
+        placement target: Catalog.Placement,
+        force: Bool,
+        verifiedSHA256: String?
+    ) throws -> PreparedInstall {
+        let session = try beginStaging(
+            contentIdentifier, placement: target, refusingDowngradeTo: force ? nil : version,
+            fingerprint: Self.fingerprint(package, verifiedSHA256: verifiedSHA256))
+        do {
+            let (info, files) = try extracting(
+                package, contentIdentifier: contentIdentifier, productId: productId, version: version, force: force,
+                verifiedSHA256: verifiedSHA256
+            )(session.staging, session.existing, session.logger)
+            seal(session)
+            // The intent before the flush: lazy when the flush covers the state database too
+            // (same filesystem as the staging), so the swap still follows it on disk.
+            let database = Self.device(of: store.url)
+            let covered = placement.syncBeforeRename && database != nil && database == Self.device(of: session.staging)
+            let intent = try writeIntent(session, info: info, files: files, durable: !covered)
+            return PreparedInstall(session: session, intent: intent)
+        } catch {
+            session.end()
+            throw error
+        }
+    }
+
+    /// Returns once a `syncfs` of the prepared install's filesystem that started after this
+    /// call has completed (see `prepareInstall`); throws its error.
+    package func flush(_ prepared: PreparedInstall) async throws {
+        guard placement.syncBeforeRename else { return }
+        try await stagingSyncs.sync(containing: stagingFolder(prepared.session.target))
+    }
+
+    /// Places a prepared and flushed install and records it (by `recording`, as `install`
+    /// does); ends it either way.
+    package func completeInstall(_ prepared: PreparedInstall, recording: (PlacementRecord) throws -> Void) throws -> DeliveredContent {
+        defer { prepared.session.end() }
+        return try swapIn(prepared.session, intent: prepared.intent, recording: recording)
+    }
+
+    /// The device of the filesystem holding `url`, nil when it cannot be read.
+    private static func device(of url: URL) -> UInt64? {
+        var status = stat()
+        return stat(url.path, &status) == 0 ? UInt64(status.st_dev) : nil
+    }
+
+    /// Ends a prepared install that will not be completed: its staging goes, the old version
+    /// stays.
+    package func abandon(_ prepared: PreparedInstall) {
+        prepared.session.end()
+    }
+
+    /// What fills an install's staging from `package`: every rule that needs no unpacking (those
+    /// of `package inspect`), the product and the version run before the space check, so a
+    /// hostile package never purges anything; then the extraction.
+    private func extracting(
+        _ package: URL, contentIdentifier: String, productId: String, version: String?, force: Bool, verifiedSHA256: String?
+    ) -> (_ staging: URL, _ existing: DeliveredContent?, _ logger: Logger) throws -> (PackageInfo, [ExtractedFile]) {
+        { [self] staging, existing, logger in
             let preflight = try PackageInspector.preflight(package, limits: packages)
             try preflight.info.check(expectedProductId: productId, expectedVersion: version)
             if let existing, !force {
@@ -141,6 +231,21 @@ public final class ContentPlacer: Sendable {
         body: (_ staging: URL, _ existing: DeliveredContent?, _ logger: Logger) throws -> (PackageInfo, [ExtractedFile]),
         placed done: (_ id: String, _ staging: URL, _ previous: URL) -> Void = { _, _, _ in }
     ) throws -> DeliveredContent {
+        let session = try beginStaging(contentIdentifier, placement: target, refusingDowngradeTo: version, fingerprint: fingerprint)
+        defer { session.end() }
+        let (info, files) = try body(session.staging, session.existing, session.logger)
+        seal(session)
+        if placement.syncBeforeRename { try FilesystemSync.flush(containing: session.staging) }
+        let delivered = try place(session, info: info, files: files, recording: recording)
+        done(session.id, session.staging, session.previous)
+        return delivered
+    }
+
+    /// The first half of `staged`: the checks, the lock and the attempt of a new staging folder
+    /// (not yet made). End it with `StagingSession.end()` whatever happens.
+    private func beginStaging(
+        _ contentIdentifier: String, placement target: Catalog.Placement, refusingDowngradeTo version: String?, fingerprint: String
+    ) throws -> StagingSession {
         try Self.checkIdentifier(contentIdentifier)
         var logger = self.logger
         logger[metadataKey: "content-id"] = "\(contentIdentifier)"
@@ -153,25 +258,81 @@ public final class ContentPlacer: Sendable {
         try makeFolder(stagingRoot)
         let id = UUID().uuidString.lowercased()
         let lock = try InstallLock(acquire: stagingRoot.appendingPathComponent("\(id).lock"))
-        defer { lock.release(removing: true) }
-        try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
-        // A placed install ends its attempt in the commit that records it (`placed`).
-        var placed = false
-        defer { if !placed { endAttempt(contentIdentifier, lockId: id) } }
-        let staging = stagingRoot.appendingPathComponent(id, isDirectory: true)
-        let previous = stagingRoot.appendingPathComponent("\(id).old", isDirectory: true)
-        defer {
-            removeTree(staging)
-            removeTree(previous)
+        do {
+            try beginAttempt(contentIdentifier, package: fingerprint, lockId: id, placement: target)
+        } catch {
+            lock.release(removing: true)
+            throw error
         }
-        let (info, files) = try body(staging, existing, logger)
-        let delivered = try place(
-            staging: staging, previous: previous, id: id, contentIdentifier: contentIdentifier, info: info, files: files,
-            existing: existing, target: target, logger: logger, recording: recording
-        )
-        placed = true
-        done(id, staging, previous)
-        return delivered
+        return StagingSession(
+            placer: self, contentIdentifier: contentIdentifier, target: target, id: id, lock: lock,
+            staging: stagingRoot.appendingPathComponent(id, isDirectory: true),
+            previous: stagingRoot.appendingPathComponent("\(id).old", isDirectory: true), existing: existing, logger: logger)
+    }
+
+    /// One install between its lock and its end: the staging folder, the old version's place
+    /// once swapped out, and what the install found in place when it began.
+    final class StagingSession: Sendable {
+        let placer: ContentPlacer
+        let contentIdentifier: String
+        let target: Catalog.Placement
+        let id: String
+        let lock: InstallLock
+        let staging: URL
+        let previous: URL
+        let existing: DeliveredContent?
+        let logger: Logger
+        /// Whether the install was recorded in place (its attempt then ended in the commit that
+        /// records it, `placed`), whether `end()` ran, whether its intent was written, and
+        /// whether its folder was swapped into place.
+        private let state = Mutex<(placed: Bool, ended: Bool, intent: Bool, swapped: Bool)>((false, false, false, false))
+
+        init(
+            placer: ContentPlacer, contentIdentifier: String, target: Catalog.Placement, id: String, lock: InstallLock,
+            staging: URL, previous: URL, existing: DeliveredContent?, logger: Logger
+        ) {
+            self.placer = placer
+            self.contentIdentifier = contentIdentifier
+            self.target = target
+            self.id = id
+            self.lock = lock
+            self.staging = staging
+            self.previous = previous
+            self.existing = existing
+            self.logger = logger
+        }
+
+        func markPlaced() { state.withLock { $0.placed = true } }
+
+        func markIntentWritten() { state.withLock { $0.intent = true } }
+
+        func markSwapped() { state.withLock { $0.swapped = true } }
+
+        /// Releases the lock and nothing else, as a killed process does (tests).
+        func leaveAsKilled() {
+            guard !state.withLock({ state in defer { state.ended = true }; return state.ended }) else { return }
+            lock.release(removing: false)
+        }
+
+        /// Removes staging and the old version, ends the attempt unless the install was placed,
+        /// and releases the lock. Only the first call does anything.
+        func end() {
+            let (placed, ended, unswappedIntent) = state.withLock { state in
+                defer { state.ended = true }
+                return (state.placed, state.ended, state.intent && !state.swapped)
+            }
+            guard !ended else { return }
+            placer.removeTree(staging)
+            placer.removeTree(previous)
+            if !placed {
+                // An intent written before a flush that failed or was never waited for (the
+                // swap did not run): forgotten here, else `recover()` rolls it back at the next
+                // start. (A swapped install's intent is recovery's to finish.)
+                if unswappedIntent { try? placer.forgetInstall(id) }
+                placer.endAttempt(contentIdentifier, lockId: id)
+            }
+            lock.release(removing: true)
+        }
     }
 
     /// Places content that `build` makes in a fresh staging folder (the delta update's path):
@@ -247,23 +408,37 @@ public final class ContentPlacer: Sendable {
         }
     }
 
-    /// The rest of an install once `staging` holds the new version: backup mark, sync, the
-    /// intent and file records, the atomic swap, the record (by `recording`, see `install`).
-    private func place(
-        staging: URL, previous: URL, id: String, contentIdentifier: String, info: PackageInfo, files: [ExtractedFile],
-        existing: DeliveredContent?, target: Catalog.Placement, logger: Logger, recording: (PlacementRecord) throws -> Void
-    ) throws -> DeliveredContent {
-        if target == .documents {
-            let support = BackupExclusion.mark(staging)
-            if !support.isSupported {
-                logger.warning(
-                    "the filesystem of Documents supports no backup-exclusion mark",
-                    metadata: ["problems": "\(support.problems.joined(separator: "; "))"]
-                )
-            }
+    /// What an install does to its filled staging folder before it is flushed: Documents
+    /// content is marked excluded from backups (so the mark is as durable as the files).
+    private func seal(_ session: StagingSession) {
+        guard session.target == .documents else { return }
+        let support = BackupExclusion.mark(session.staging)
+        if !support.isSupported {
+            session.logger.warning(
+                "the filesystem of Documents supports no backup-exclusion mark",
+                metadata: ["problems": "\(support.problems.joined(separator: "; "))"]
+            )
         }
-        if placement.syncBeforeRename { try FilesystemSync.flush(containing: staging) }
+    }
 
+    /// The rest of an install once `staging` holds the new version, sealed and flushed (when
+    /// `placement.syncBeforeRename`): the intent and file records, the atomic swap, the record
+    /// (by `recording`, see `install`).
+    private func place(
+        _ session: StagingSession, info: PackageInfo, files: [ExtractedFile], recording: (PlacementRecord) throws -> Void
+    ) throws -> DeliveredContent {
+        let intent = try writeIntent(session, info: info, files: files, durable: true)
+        return try swapIn(session, intent: intent, recording: recording)
+    }
+
+    /// Records the intent of an install whose staging is filled (the staging folder's device and
+    /// inode) with the records of its files, in a durable commit, or a lazy one when a flush of
+    /// the filesystem that holds the state database follows before the swap (`prepareInstall`).
+    private func writeIntent(_ session: StagingSession, info: PackageInfo, files: [ExtractedFile], durable: Bool) throws
+        -> ContentInstallation
+    {
+        let (staging, id, contentIdentifier) = (session.staging, session.id, session.contentIdentifier)
+        let (existing, target) = (session.existing, session.target)
         var status = stat()
         guard lstat(staging.path, &status) == 0 else { throw CourierError.posix("stat", path: staging.path) }
         // Each file's identity as it will stay once in place (renaming the folder changes none of it).
@@ -282,11 +457,21 @@ public final class ContentPlacer: Sendable {
             stagingInode: Int64(status.st_ino),
             createdAt: now
         )
-        try write { db in
+        try write(durable: durable) { db in
             try ContentRows.insert(db, intent)
             for record in records { try ContentRows.insert(db, record) }
         }
+        session.markIntentWritten()
+        return intent
+    }
 
+    /// The swap of an install whose intent is recorded (and whose staging and intent are on
+    /// disk), then its record by `recording` (see `install`).
+    private func swapIn(_ session: StagingSession, intent: ContentInstallation, recording: (PlacementRecord) throws -> Void) throws
+        -> DeliveredContent
+    {
+        let (staging, previous, id, contentIdentifier) = (session.staging, session.previous, session.id, session.contentIdentifier)
+        let (target, logger, now) = (session.target, session.logger, intent.createdAt)
         let destination = contentURL(contentIdentifier, placement: target)
         do {
             if access(destination.path, F_OK) == 0 {
@@ -303,6 +488,7 @@ public final class ContentPlacer: Sendable {
             try? forgetInstall(id)
             throw error
         }
+        session.markSwapped()
         let placement = try placed(intent, installedAt: now, endingAttempt: true)
         do {
             try recording(placement)
@@ -310,7 +496,8 @@ public final class ContentPlacer: Sendable {
             try? write { db in try placement.record(db) }
             throw error
         }
-        logger.debug("installed", metadata: ["version": "\(info.version)", "path": "\(destination.path)"])
+        session.markPlaced()
+        logger.debug("installed", metadata: ["version": "\(intent.version)", "path": "\(destination.path)"])
         return placement.delivered
     }
 
@@ -349,7 +536,7 @@ public final class ContentPlacer: Sendable {
     }
 
     /// Drops the intent and file records of install `id`, whose folder did not take the place.
-    private func forgetInstall(_ id: String) throws {
+    fileprivate func forgetInstall(_ id: String) throws {
         try write { db in
             _ = try ContentInstallation.deleteOne(db, key: id)
             _ = try InstalledFile.filter(Column("installId") == id).deleteAll(db)
@@ -635,9 +822,9 @@ public final class ContentPlacer: Sendable {
         }
     }
 
-    private func write(_ body: @escaping @Sendable (Database) throws -> Void) throws {
+    private func write(durable: Bool = true, _ body: @escaping @Sendable (Database) throws -> Void) throws {
         do {
-            try store.pool.write { db in try body(db) }
+            try store.write(durable: durable) { db in try body(db) }
         } catch let error as CourierError {
             throw error
         } catch {
@@ -649,7 +836,7 @@ public final class ContentPlacer: Sendable {
         if mkdir(url.path, 0o700) != 0 && errno != EEXIST { throw CourierError.posix("mkdir", path: url.path) }
     }
 
-    private func removeTree(_ url: URL) {
+    fileprivate func removeTree(_ url: URL) {
         var status = stat()
         guard lstat(url.path, &status) == 0 else { return }
         do {
@@ -705,5 +892,52 @@ final class InstallLock: Sendable {
     func release(removing: Bool) {
         if removing { unlink(url.path) }
         close(fd)
+    }
+}
+
+/// An install whose staging folder is filled and sealed (`ContentPlacer.prepareInstall`),
+/// holding its lock until it is completed or abandoned.
+package final class PreparedInstall: Sendable {
+    let session: ContentPlacer.StagingSession
+    /// Its intent, recorded (lazily when the flush covers the state database).
+    let intent: ContentInstallation
+
+    init(session: ContentPlacer.StagingSession, intent: ContentInstallation) {
+        self.session = session
+        self.intent = intent
+    }
+
+    /// A prepared install dropped without an end is ended.
+    deinit { session.end() }
+
+    /// What a process killed here leaves (tests): its lock free, its staging and its attempt row
+    /// left for `recover()` and the next attempt.
+    func leaveAsKilled() { session.leaveAsKilled() }
+}
+
+/// The group commits of `syncfs` of a placer's installs: one `GroupSync` per filesystem (by the
+/// device of the folder asked for), so that the installs waiting at once share one flush.
+final class StagingSyncs: Sendable {
+    private let syncs = Mutex<[UInt64: GroupSync]>([:])
+    private let flush: @Sendable (URL) throws -> Void
+
+    /// `flush`: one sync of the filesystem holding a folder (tests record it).
+    init(flush: @escaping @Sendable (URL) throws -> Void = { try FilesystemSync.flush(containing: $0) }) {
+        self.flush = flush
+    }
+
+    /// Returns once a `syncfs` of the filesystem holding `folder`, started after this call,
+    /// has completed.
+    func sync(containing folder: URL) async throws {
+        var status = stat()
+        guard stat(folder.path, &status) == 0 else { throw CourierError.posix("stat", path: folder.path) }
+        let device = UInt64(status.st_dev)
+        let group = syncs.withLock { syncs in
+            if let group = syncs[device] { return group }
+            let group = GroupSync { [flush] in try flush(folder) }
+            syncs[device] = group
+            return group
+        }
+        try await group.sync()
     }
 }

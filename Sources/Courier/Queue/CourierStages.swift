@@ -54,6 +54,12 @@ public struct TransferDownloadStage: ContentDownloading {
         // Every download names its SHA-256 and length: a journal is first written at the first
         // checkpoint, not before the first byte (`savesFirstJournalEagerly`).
         request.savesFirstJournalEagerly = false
+        // The package is consumed by the install that follows, whose `syncfs` before its rename
+        // flushes the package's filesystem anyway (and the package is deleted once the install
+        // is recorded); a package left by a crash is hashed again before any use
+        // (`DeliveryPipeline.verifiedPackage`), never trusted by its name. So no fdatasync of
+        // the file or fsync of its folder here: the write-back starts at once instead.
+        request.durability = .deferredToCaller
         let result = try await engine.download(request, journal: journal) { update in
             progress(
                 DownloadProgress(
@@ -100,6 +106,38 @@ public struct PlacementInstallStage: ContentInstalling {
             package: package, contentIdentifier: download.contentIdentifier, productId: download.productId,
             version: download.version, placement: download.placement, force: force, verifiedSHA256: download.sha256,
             recording: { placement in try installed(url, placement) })
+    }
+
+    /// The install in three steps (`ContentPlacer.prepareInstall`): unpacking on `pool`, then
+    /// the wait for a `syncfs` shared with the other installs that wait at the same time
+    /// (suspended, off the pool, so the pool unpacks the next packages meanwhile), then the
+    /// swap and the record on `pool`. `installed` runs only once the content is on disk and in
+    /// place, as in `install(package:for:installed:)`.
+    public func install<T: Sendable>(
+        package: URL, for download: DownloadRecord, on pool: BlockingWorkerPool,
+        installed: @escaping @Sendable (URL, PlacementRecord?) throws -> T
+    ) async throws -> T {
+        let (placer, force) = (self.placer, self.force)
+        let prepared = try await pool.run {
+            try placer.prepareInstall(
+                package: package, contentIdentifier: download.contentIdentifier, productId: download.productId,
+                version: download.version, placement: download.placement, force: force, verifiedSHA256: download.sha256)
+        }
+        do {
+            try await placer.flush(prepared)
+            let url = placer.contentURL(download.contentIdentifier, placement: download.placement)
+            return try await pool.run {
+                var result: T?
+                _ = try placer.completeInstall(prepared) { placement in result = try installed(url, placement) }
+                guard let result else { throw CourierError(.internal, "the installer placed nothing") }
+                return result
+            }
+        } catch {
+            // Not completed (a failed flush, or cancelled while waiting for the pool): its
+            // staging goes and the old version stays. (A completion that failed ended it.)
+            _ = try? await BlockingWorkerPool.detached { placer.abandon(prepared) }
+            throw error
+        }
     }
 }
 

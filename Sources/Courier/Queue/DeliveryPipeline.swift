@@ -287,15 +287,13 @@ public final class DeliveryPipeline: Sendable {
                 // Placed, its content recorded and (automatic finish) its transaction finished if
                 // this was its last download: one durable commit, made while the install holds
                 // its lock (a kill before it leaves the install's intent to recovery).
+                // The installer runs its blocking steps on the install pool and waits for the
+                // disk off it (`ContentInstalling.install(package:for:on:installed:)`).
                 (content, finished) = try await supervised(record.id, stoppable: false) {
-                    try await installPool.run {
-                        var done: (URL, TransactionRecord?)?
-                        try installer.install(package: file, for: record) { url, placement in
-                            done = (url, try queue.installed(
-                                record.id, transactionId: record.transactionId, contentURL: url, placement: placement, finish: autoFinish))
-                        }
-                        guard let done else { throw CourierError(.internal, "the installer placed nothing") }
-                        return done
+                    try await installer.install(package: file, for: record, on: installPool) { url, placement in
+                        let finished = try queue.installed(
+                            record.id, transactionId: record.transactionId, contentURL: url, placement: placement, finish: autoFinish)
+                        return (url, finished)
                     }
                 }
             }

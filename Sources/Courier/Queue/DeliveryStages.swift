@@ -58,11 +58,32 @@ public protocol ContentInstalling: Sendable {
     /// commit the download's state and `placement` together (`PaymentQueue.installed`); one
     /// durable commit, not two. Default: `install`, then `installed` with no placement record.
     func install(package: URL, for download: DownloadRecord, installed: (URL, PlacementRecord?) throws -> Void) throws
+
+    /// `install(package:for:installed:)` as the pipeline runs it: its blocking steps on `pool`,
+    /// and any wait for the disk in between suspended rather than holding a pool thread (the
+    /// placer's group `syncfs`). Returns what `installed` returned. Default: the whole install
+    /// as one blocking step on `pool`.
+    func install<T: Sendable>(
+        package: URL, for download: DownloadRecord, on pool: BlockingWorkerPool,
+        installed: @escaping @Sendable (URL, PlacementRecord?) throws -> T
+    ) async throws -> T
 }
 
 extension ContentInstalling {
     public func install(package: URL, for download: DownloadRecord, installed: (URL, PlacementRecord?) throws -> Void) throws {
         try installed(try install(package: package, for: download), nil)
+    }
+
+    public func install<T: Sendable>(
+        package: URL, for download: DownloadRecord, on pool: BlockingWorkerPool,
+        installed: @escaping @Sendable (URL, PlacementRecord?) throws -> T
+    ) async throws -> T {
+        try await pool.run {
+            var result: T?
+            try self.install(package: package, for: download) { url, placement in result = try installed(url, placement) }
+            guard let result else { throw CourierError(.internal, "the installer placed nothing") }
+            return result
+        }
     }
 }
 

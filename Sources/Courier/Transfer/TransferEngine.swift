@@ -73,12 +73,14 @@ public struct DownloadRequest: Sendable {
 /// When a finished download's bytes and its rename are made durable.
 public enum DownloadDurability: Sendable, Equatable {
     /// Before `download` returns: the file is fsynced, then renamed, then its folder fsynced
-    /// (`courier get`, `deliver`: the caller reports the file as soon as it returns).
+    /// (`courier get`: the caller reports the file as soon as it returns).
     case onCompletion
     /// Later, by the caller, together with other files (`courier prestage` syncs its staging
     /// tree's filesystem once, before it publishes the catalog that names them, and checks again
-    /// what a crashed run left unpublished). Checkpoints of a long download still fsync the data
-    /// before the journal says it is durable, so a resume never trusts unsynced bytes.
+    /// what a crashed run left unpublished; the queue's packages, which the install's `syncfs`
+    /// flushes and a later run hashes again before using). Checkpoints of a long download still
+    /// fsync the data before the journal says it is durable, so a resume never trusts unsynced
+    /// bytes.
     case deferredToCaller
 }
 
