@@ -9,7 +9,8 @@ import Foundation
 /// than one priority want bytes, the ones below the highest priority get a *budget* together:
 /// - `capacity`: what the process received a second lately, a maximum that decays by `decay` a
 ///   second (half-second bins, smoothed), so it follows an origin that slows down; it does not
-///   decay while squeezing, when receiving less is this machine's doing.
+///   decay while squeezing, when receiving less is this machine's doing, and rises by `rise` a
+///   second at most (a released socket's kept bytes arrive in a burst).
 /// - `squeeze`: as soon as a higher priority joins, the lower ones get their weighted share of
 ///   the capacity (`capacity × Σweight below / Σweight × margin`), e.g. 4/24 × 0.6 (10%) for
 ///   four updates beside a purchase. The room they leave is the higher one's to take. While it takes at least
@@ -48,13 +49,15 @@ struct OriginContention: Sendable, Equatable {
     static let reprobe = 10.0
     static let maxReprobe = 60.0
     static let decay = 0.9
-    static let useRatio = 0.7
+    static let rise = 1.25
+    static let useRatio = 0.6
     static let satisfied = 0.9
     static let crowded = 0.9
     static let increase = 0.02
     static let backoff = 0.75
     /// A top rate above this many times the last bin's is still growing.
     static let growing = 1.1
+    static let steady = 0.15
     /// The part of their weighted share the lower ones get while squeezed: the capacity is an
     /// estimate that errs high (bursts), and what they were allowed still arrives for a while,
     /// so the higher ones would fall short of their weight's share without it.
@@ -68,8 +71,10 @@ struct OriginContention: Sendable, Equatable {
     /// Smoothed rates of the last bins: all transfers, and those at the top priority.
     private(set) var totalRate = 0.0
     private(set) var topRate = 0.0
-    /// The top rate one bin earlier.
-    private var lastTopRate = 0.0
+    /// The top rate smoothed over a few seconds (a weight of `steady` per bin), and one bin
+    /// earlier: a squeeze is judged on it, not on a second's dip (a disk flush, a busy core).
+    private(set) var steadyTopRate = 0.0
+    private var lastSteadyTopRate = 0.0
     /// What the lower priorities may receive together now (nil: no budget).
     private(set) var budget: Double?
     /// The top priority of the last `update`: what `record` counts as top.
@@ -103,7 +108,8 @@ struct OriginContention: Sendable, Equatable {
         if mix?.top != top {
             // A new top priority: what the old one received says nothing of it.
             topRate = 0
-            lastTopRate = 0
+            steadyTopRate = 0
+            lastSteadyTopRate = 0
             binTop = 0
             top = mix?.top
         }
@@ -121,20 +127,20 @@ struct OriginContention: Sendable, Equatable {
             budget = share
         case .squeeze(let since):
             budget = share
-            if topRate >= (capacity - share) * Self.useRatio {
+            if steadyTopRate >= (capacity - share) * Self.useRatio {
                 // The higher ones take the room: the origin is the bottleneck.
                 shortSince = nil
                 if now - since >= Self.probe { nextYield = Self.reprobe }
                 break
             }
             // Still growing (a new connection's slow start): not yet a verdict on its path.
-            let short = topRate > lastTopRate * Self.growing ? now : shortSince ?? now
+            let short = steadyTopRate > lastSteadyTopRate * Self.growing ? now : shortSince ?? now
             shortSince = short
             if now - short >= Self.probe {
                 // They have not taken it for `probe` seconds: give the rest back, look again later.
-                phase = .yield(until: now + nextYield, reserve: topRate)
+                phase = .yield(until: now + nextYield, reserve: steadyTopRate)
                 nextYield = min(Self.maxReprobe, nextYield * 2)
-                budget = max(share, capacity - topRate)
+                budget = max(share, capacity - steadyTopRate)
                 shortSince = nil
             }
         case .yield(let until, let reserve):
@@ -177,7 +183,8 @@ struct OriginContention: Sendable, Equatable {
         binClosed = true
         let total = binTotal / elapsed
         let topBytes = binTop / elapsed
-        lastTopRate = topRate
+        lastSteadyTopRate = steadyTopRate
+        steadyTopRate += (topBytes - steadyTopRate) * Self.steady
         if measured {
             totalRate = (totalRate + total) / 2
             topRate = (topRate + topBytes) / 2
@@ -189,6 +196,9 @@ struct OriginContention: Sendable, Equatable {
         // While squeezing, receiving less is ours to cause: the estimate only rises then.
         let squeezing = if case .squeeze = phase { true } else { false }
         let decayed = (capacity ?? 0) * (squeezing ? 1 : pow(Self.decay, elapsed))
-        capacity = max(totalRate, decayed) > 0 ? max(totalRate, decayed) : nil
+        // It rises by `rise` a second at most: bytes a held transfer's socket kept come in a
+        // burst when it is let go, far above what the origin gives.
+        let raised = capacity.map { min(totalRate, $0 * pow(Self.rise, elapsed)) } ?? totalRate
+        capacity = max(raised, decayed) > 0 ? max(raised, decayed) : nil
     }
 }

@@ -63,9 +63,9 @@ struct PriorityShare: Sendable {
         /// bottleneck (`OriginContention`); nil: not held back that way.
         var originCredit: TokenBucket?
 
-        /// Whether it wants bytes at `now`: it asked lately, or waits on a limit.
-        func isActive(now: Double) -> Bool {
-            now - max(lastSeen, heldUntil) <= PriorityShare.dormantAfter
+        /// Whether it wants bytes at `now`: it asked within `within` seconds, or waits on a limit.
+        func isActive(now: Double, within: Double = PriorityShare.dormantAfter) -> Bool {
+            now - max(lastSeen, heldUntil) <= within
         }
     }
 
@@ -132,11 +132,15 @@ struct PriorityShare: Sendable {
         members[id]?.priority
     }
 
+    /// Seconds a member still counts in the mix of priorities after it last asked: a purchase
+    /// whose disk stalls for a second keeps the others held (a member that left counts no more).
+    static let mixDormantAfter = 3.0
+
     /// The highest priority among the members that want bytes, and the weights at and below it
     /// (nil: nobody wants bytes).
     func mix(now: Double) -> OriginContention.Mix? {
         var mix: OriginContention.Mix?
-        for member in members.values where member.isActive(now: now) {
+        for member in members.values where member.isActive(now: now, within: Self.mixDormantAfter) {
             let weight = member.priority.weight
             guard var current = mix else {
                 mix = OriginContention.Mix(top: member.priority, topWeight: weight, belowWeight: 0)
