@@ -187,7 +187,8 @@ while t + 10 <= end:
     lows.append(min(w.get(f"com.example.prio{i}", 0) for i in range(1, 5)))
     t += 10
 if shares:
-    print(f"share over 10 s windows: min {min(shares):.1%}, mean {sum(shares) / len(shares):.1%} ({len(shares)} windows)")
+    print(f"share over 10 s windows: min {min(shares):.1%}, mean {sum(shares) / len(shares):.1%} ({len(shares)} windows, "
+          f"{sum(1 for s in shares if s >= 0.8)} at >= 80%; the lowest: {', '.join(f'{s:.0%}' for s in sorted(shares)[:5])})")
     print(f"least a background download got in any 10 s window: {min(lows) / 1024:.0f} KiB "
           + ("(none starved)" if min(lows) > 0 else "(STARVED)"))
 print(json.dumps({"rate": rate, "run": run, "firstByte": round(first - purchase_at, 3), "share2s": round(s2, 4),
