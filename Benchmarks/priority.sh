@@ -13,9 +13,9 @@
 #   PURCHASE_PRIORITY=high Benchmarks/priority.sh       # the purchase set to high (default: its
 #                                                       # default, normal) with `courier priority`
 #   COURIER_BIN=.build/debug/courier Benchmarks/priority.sh   # reuse a built binary
-# The four background downloads are set to low with `courier priority` through the agent's
-# socket (the default of an automatic update); the purchase keeps the agent's default for a
-# purchase (normal) unless PURCHASE_PRIORITY says otherwise. Bytes are sampled every 0.25 s
+# The four background downloads are queued and set to low with `courier priority` before the
+# agent starts (low from their start, as an automatic update is); the purchase keeps the
+# agent's default for a purchase (normal) unless PURCHASE_PRIORITY says otherwise. Bytes are sampled every 0.25 s
 # from the partial files on disk.
 set -euo pipefail
 
@@ -114,6 +114,16 @@ else
     echo "limit transfer.backgroundMaxRate $RATE; origin nginx on $BASE; run ${RUN_SECONDS} s after a ${RAMP_SECONDS} s ramp"
 fi
 
+# The background downloads are low from their start, as an automatic update is: queued and set
+# to low in the store before the agent starts (a download lowered while it runs keeps the
+# socket it started with: docs/transfer.md).
+"$BIN" enqueue --receipt "$WORK/background.txt" --catalog "$BASE/catalog.json" --trust-root "$TRUST" --environment Sandbox >/dev/null
+python3 - "$WORK/Storage" <<'PY' | while read -r id; do "$BIN" priority "$id" low >/dev/null; done
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}/state.sqlite?mode=ro", uri=True)
+for (id,) in db.execute("SELECT id FROM downloads"):
+    print(id)
+PY
 "$BIN" agent --catalog "$BASE/catalog.json" --trust-root "$TRUST" --environment Sandbox 2>"$WORK/agent.log" &
 AGENT_PID=$!
 for _ in $(seq 200); do [ -S "$WORK/Storage/agent.sock" ] && break; sleep 0.05; done
@@ -143,9 +153,6 @@ def sample():
     rows = downloads()
     samples.append((time.monotonic() - start, {product: size(partial) for _, _, product, partial in rows}))
 
-courier("enqueue", "--receipt", os.path.join(work, "background.txt"))
-for id, _, _, _ in downloads():
-    courier("priority", id, "low")
 while time.monotonic() - start < ramp:
     sample(); time.sleep(0.25)
 purchase_at = time.monotonic() - start
