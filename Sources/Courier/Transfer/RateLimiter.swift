@@ -158,7 +158,7 @@ package final class RateLimiter: Sendable {
     /// The priority `member` contends at now (a `setPriority` since it joined included); nil
     /// once it left.
     func priority(of member: UInt64) -> DownloadPriority? {
-        state.withLock { $0.share.members[member]?.priority }
+        state.withLock { $0.share.priority(of: member) }
     }
 
     /// The priorities the transfers of `downloadId` running here contend at now (none: none runs).

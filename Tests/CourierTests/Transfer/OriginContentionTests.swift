@@ -280,13 +280,13 @@ struct OriginContentionTests {
     func quietTopStillCounts() {
         var share = PriorityShare()
         let top = share.join(.normal, downloadId: "p", now: 0)
-        _ = share.join(.low, downloadId: "u", now: 0)
+        let low = share.join(.low, downloadId: "u", now: 0)
         share.take(top, 1, now: 10)
-        share.take(2, 1, now: 11)
+        share.take(low, 1, now: 11)
         #expect(share.mix(now: 11)?.top == .normal)
-        share.take(2, 1, now: 13.5)
+        share.take(low, 1, now: 13.5)
         #expect(share.mix(now: 13.5)?.top == .low)
-        share.leave(2)
+        share.leave(low)
         share.take(top, 1, now: 14)
         #expect(share.mix(now: 14) == OriginContention.Mix(top: .normal, topWeight: 20, belowWeight: 0))
     }
