@@ -52,6 +52,11 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
     /// The file's length the body must not go past: the expected length, else the announced
     /// total (Content-Length or Content-Range). Nil when neither is known.
     private var byteLimit: Int64?
+    /// A low download's own connection and the receive buffer last set on it
+    /// (`LowPriorityWindow`); nil: the connection is not one, and the kernel tunes it.
+    private var window: LowPriorityWindow.Connection?
+    /// When `window` was last looked at (uptime nanoseconds).
+    private var windowCheckedAt: UInt64 = 0
 
     init(
         request: DownloadRequest,
@@ -85,10 +90,13 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
             // A bounded receive window: once it must wait, the origin stops sending to it within
             // this many bytes. On a connection of its own, so no other download inherits it.
             try CurlOption.check(courier_easy_setopt_sockopt_callback(easy, LowPriorityWindow.apply), "CURLOPT_SOCKOPTFUNCTION")
+            let connection = LowPriorityWindow.Connection(size: window)
+            // Unretained: the job keeps `connection` for as long as libcurl may call back.
             try CurlOption.check(
-                courier_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, UnsafeMutableRawPointer(bitPattern: window)), "CURLOPT_SOCKOPTDATA")
+                courier_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, Unmanaged.passUnretained(connection).toOpaque()), "CURLOPT_SOCKOPTDATA")
             try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1), "CURLOPT_FRESH_CONNECT")
             try CurlOption.check(courier_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1), "CURLOPT_FORBID_REUSE")
+            self.window = connection
         }
         _ = courier_easy_setopt_string(easy, CURLOPT_USERAGENT, "courier/1")
         if let timeLimit {
@@ -211,6 +219,7 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
             return CurlJob.pauseReceiving
         }
         lastActivity = .now()
+        if window != nil { resizeWindow() }
         if let limit = byteLimit, bytes.count > limit - acceptedOffset - receivedBytes {
             // More than the expected or announced length: stop now, not after the whole body.
             decision = .fail(
@@ -233,6 +242,23 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
             flush()
         }
         return bytes.count
+    }
+
+    /// Sizes a low download's receive buffer to what it needs now, every half second: down as
+    /// the capacity is measured (its window then bounds what still arrives once it is held), up
+    /// to the ceiling if its priority was raised.
+    private func resizeWindow() {
+        guard let window, let throttle, let ceiling = LowPriorityWindow.size(configuration.lowPriorityReceiveBuffer) else { return }
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard now &- windowCheckedAt >= LowPriorityWindow.interval, window.socket >= 0 else { return }
+        windowCheckedAt = now
+        let (socket, current) = (window.socket, window.size)
+        let target =
+            throttle.priority == .low
+            ? throttle.lowWindow(rtt: LowPriorityWindow.roundTrip(socket), ceiling: ceiling, now: Double(now) / 1e9) : ceiling
+        // Small changes are left alone: each one costs a system call and moves little.
+        guard abs(target - current) > current / 8 else { return }
+        if LowPriorityWindow.set(socket, size: target) { window.size = target }
     }
 
     private func flush() {
@@ -327,26 +353,75 @@ public enum SpaceCheck {
     }
 }
 
-/// The socket receive buffer of a low priority download (`transfer.lowPriorityReceiveBuffer`).
+/// The socket receive buffer of a low priority download (`transfer.lowPriorityReceiveBuffer`):
+/// what its origin may still send once it must wait, so a higher priority gets the link soon.
+///
+/// The configured size is the ceiling, set before the connection is made (the window scale is
+/// fixed at the handshake). While it runs, the buffer follows what the low downloads need
+/// (`target`): twice their part of the measured capacity over a round trip, enough to take the
+/// whole link when nothing else wants it, and little enough that the bytes it may still receive
+/// once held last a round trip or two, not seconds.
 enum LowPriorityWindow {
-    /// The buffer to set, within what SO_RCVBUF takes; nil: leave the kernel's autotuning.
+    /// The ceiling to set, within what SO_RCVBUF takes; nil: leave the kernel's autotuning.
     static func size(_ configured: Int) -> Int? {
         configured > 0 ? min(max(configured, 4096), Int(Int32.max / 2)) : nil
     }
 
+    /// The least buffer a low download is sized down to (or the ceiling, if lower).
+    static let floor = 32 << 10
+    /// Seconds between looks at a running low download's buffer.
+    static let interval: UInt64 = 500_000_000
+
+    /// The buffer for one of `lows` low downloads now: twice its part of `capacity` (bytes a
+    /// second, nil until measured: the ceiling) over `rtt` seconds (nil: unknown, 0.1 s taken),
+    /// within `floor` and `ceiling`.
+    static func target(capacity: Double?, lows: Int, rtt: Double?, ceiling: Int) -> Int {
+        guard let capacity, capacity.isFinite, capacity > 0 else { return ceiling }
+        let roundTrip = min(max(rtt ?? 0.1, 0.005), 1.0)
+        let bytes = 2 * capacity / Double(max(1, lows)) * roundTrip
+        let least = Double(min(ceiling, floor))
+        return Int(min(Double(ceiling), max(least, bytes)))
+    }
+
+    /// A low download's connection: its socket once libcurl made it, and the buffer set on it.
+    /// Used on the loop thread only (libcurl calls `apply` there).
+    final class Connection: @unchecked Sendable {  // @unchecked: the loop thread only.
+        var size: Int
+        /// The connection's socket (-1 until made). CURLINFO_ACTIVESOCKET does not tell it while
+        /// the transfer runs in libcurl 7.88, so `apply` keeps it; the connection is never
+        /// reused (CURLOPT_FORBID_REUSE), so it belongs to this transfer until it ends.
+        var socket: Int32 = -1
+
+        init(size: Int) { self.size = size }
+    }
+
     /// CURLOPT_SOCKOPTFUNCTION: sets SO_RCVBUF on the connection's socket before it connects
-    /// (the window scale is fixed at the handshake). The size travels as the pointer's bits.
+    /// (the window scale is fixed at the handshake) and keeps the socket; `clientp` is the
+    /// transfer's `Connection`.
     static let apply: curl_sockopt_callback = { clientp, socket, purpose in
-        guard purpose == CURLSOCKTYPE_IPCXN else { return CURL_SOCKOPT_OK }
+        guard purpose == CURLSOCKTYPE_IPCXN, let clientp else { return CURL_SOCKOPT_OK }
+        let connection = Unmanaged<Connection>.fromOpaque(clientp).takeUnretainedValue()
+        connection.socket = socket
         // A refusal leaves autotuning: the download still works, only waits less promptly.
-        _ = set(socket, size: Int(bitPattern: clientp))
+        if !set(socket, size: connection.size) { connection.socket = -1 }
         return CURL_SOCKOPT_OK
     }
 
-    /// Sets SO_RCVBUF of `socket` to `size` bytes (the kernel doubles it for its bookkeeping);
-    /// false if refused.
+    /// Makes the kernel's receive buffer of `socket` `size` bytes (SO_RCVBUF takes half: the
+    /// kernel doubles what it is given for its bookkeeping); false if refused. The receive
+    /// window it advertises is about this buffer, less the overhead of the segments it holds.
     static func set(_ socket: Int32, size: Int) -> Bool {
-        var value = Int32(truncatingIfNeeded: size)
+        var value = Int32(truncatingIfNeeded: max(1, size / 2))
         return setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &value, socklen_t(MemoryLayout<Int32>.size)) == 0
+    }
+
+    /// The round trip the kernel measured as `socket` received, in seconds (tcpi_rcv_rtt, else
+    /// tcpi_rtt); nil: none measured yet, or not TCP.
+    static func roundTrip(_ socket: Int32) -> Double? {
+        var info = tcp_info()
+        var length = socklen_t(MemoryLayout<tcp_info>.size)
+        guard getsockopt(socket, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { return nil }
+        let microseconds = info.tcpi_rcv_rtt > 0 ? info.tcpi_rcv_rtt : info.tcpi_rtt
+        return microseconds > 0 ? Double(microseconds) / 1e6 : nil
     }
 }

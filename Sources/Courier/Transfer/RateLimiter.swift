@@ -190,6 +190,17 @@ package final class RateLimiter: Sendable {
         }
     }
 
+    /// The receive buffer for one low priority transfer now (`LowPriorityWindow.target`): the
+    /// measured capacity shared by the low transfers that want bytes, over `rtt` seconds.
+    func lowWindow(rtt: Double?, ceiling: Int, now: Double) -> Int {
+        state.withLock { state in
+            let lows = state.share.members.values.filter {
+                $0.priority == .low && $0.isActive(now: now, within: PriorityShare.mixDormantAfter)
+            }.count
+            return LowPriorityWindow.target(capacity: state.contention.capacity, lows: lows, rtt: rtt, ceiling: ceiling)
+        }
+    }
+
     /// What a limit of ours must be used to, as measured, to count as the bottleneck.
     static let boundRatio = 0.9
 
@@ -303,6 +314,12 @@ final class TransferThrottle: @unchecked Sendable {  // @unchecked: handed to it
     func take(_ bytes: Int, now: Double) {
         own?.take(bytes, now: now)
         limiter?.take(bytes, trafficClass, member: member, now: now)
+    }
+
+    /// The receive buffer for this transfer's socket while it is low (`RateLimiter.lowWindow`);
+    /// the ceiling without a limiter.
+    func lowWindow(rtt: Double?, ceiling: Int, now: Double) -> Int {
+        limiter?.lowWindow(rtt: rtt, ceiling: ceiling, now: now) ?? ceiling
     }
 
     /// The receive buffer a metered transfer should use: small enough that one chunk is a

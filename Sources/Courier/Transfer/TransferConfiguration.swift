@@ -35,12 +35,13 @@ public struct TransferConfiguration: Sendable, Codable, Equatable {
     public var checkpointBytes: Int64 = 64 << 20
     /// libcurl's receive buffer (CURLOPT_BUFFERSIZE) in bytes. Default 512 KiB (its maximum).
     public var receiveBufferSize: Int = 512 << 10
-    /// The socket receive buffer (SO_RCVBUF) of a `low` priority download, in bytes, on a
-    /// connection of its own: what the origin can still push to it once a higher priority makes
-    /// it wait, so a purchase gets the origin within 2 s (docs/transfer.md, "When the origin is
-    /// the bottleneck"). It also bounds one low download to about this much per round trip
-    /// (256 KiB at 50 ms: 5 MiB/s). 0: the kernel's autotuning, as for other downloads.
-    /// Default 256 KiB.
+    /// The most socket receive buffer (SO_RCVBUF, the kernel's buffer) a `low` priority
+    /// download gets, in bytes, on a connection of its own: what the origin can still push to it
+    /// once a higher priority makes it wait, so a purchase gets the origin within 2 s. While it
+    /// runs, the buffer is sized down to what the measured capacity needs (docs/transfer.md,
+    /// "When the origin is the bottleneck"). It also bounds one low download to about this much
+    /// per round trip (256 KiB at 50 ms: 5 MiB/s). 0: the kernel's autotuning, as for other
+    /// downloads. Default 256 KiB.
     public var lowPriorityReceiveBuffer: Int = 256 << 10
     /// The proxy every request goes through (`--proxy URL`, curl's syntax: `http://host:port`,
     /// `socks5h://host`, credentials in the URL), except hosts that `no_proxy` lists. Nil (the

@@ -307,11 +307,73 @@ struct OriginContentionTests {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         try #require(fd >= 0)
         defer { close(fd) }
-        #expect(LowPriorityWindow.set(fd, size: 64 << 10))
-        var value: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        #expect(getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, &length) == 0)
-        // Linux doubles what it is given (its bookkeeping), within net.core.rmem_max.
-        #expect(value >= 64 << 10 && value <= 2 * (64 << 10))
+        // The size is the kernel's buffer: it doubles what SO_RCVBUF is given, so half is set.
+        for size in [64 << 10, 32 << 10, 256 << 10] {
+            #expect(LowPriorityWindow.set(fd, size: size))
+            var value: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            #expect(getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, &length) == 0)
+            #expect(Int(value) == size)
+        }
+        // Not connected: no round trip measured.
+        #expect(LowPriorityWindow.roundTrip(fd) == nil)
+    }
+
+    @Test("the low window is twice the low downloads' part of the capacity over a round trip, within 32 KiB and the ceiling")
+    func lowWindowTarget() {
+        let ceiling = 256 << 10
+        // Nothing measured yet: the ceiling.
+        #expect(LowPriorityWindow.target(capacity: nil, lows: 4, rtt: 0.05, ceiling: ceiling) == ceiling)
+        #expect(LowPriorityWindow.target(capacity: .nan, lows: 4, rtt: 0.05, ceiling: ceiling) == ceiling)
+        #expect(LowPriorityWindow.target(capacity: 0, lows: 4, rtt: 0.05, ceiling: ceiling) == ceiling)
+        // 8 MiB/s, four lows, 40 ms: 2 × 2 MiB/s × 0.04 s = 167,772 bytes.
+        #expect(LowPriorityWindow.target(capacity: Double(8 << 20), lows: 4, rtt: 0.04, ceiling: ceiling) == 167_772)
+        // One low takes the link alone: its window covers twice the capacity's round trip.
+        #expect(LowPriorityWindow.target(capacity: Double(1 << 20), lows: 1, rtt: 0.1, ceiling: ceiling) == 209_715)
+        // 1 MiB/s shared by four over 50 ms needs 26 KiB each: the floor.
+        #expect(LowPriorityWindow.target(capacity: Double(1 << 20), lows: 4, rtt: 0.05, ceiling: ceiling) == 32 << 10)
+        // A fast far origin: the ceiling bounds it.
+        #expect(LowPriorityWindow.target(capacity: Double(100 << 20), lows: 2, rtt: 0.2, ceiling: ceiling) == ceiling)
+        // A ceiling below the floor wins; no lows counted is one; an unknown round trip is 0.1 s;
+        // the round trip is taken within 5 ms and 1 s.
+        #expect(LowPriorityWindow.target(capacity: Double(1 << 20), lows: 4, rtt: 0.05, ceiling: 16 << 10) == 16 << 10)
+        #expect(LowPriorityWindow.target(capacity: Double(1 << 20), lows: 0, rtt: 0.1, ceiling: ceiling) == 209_715)
+        #expect(LowPriorityWindow.target(capacity: Double(1 << 20), lows: 1, rtt: nil, ceiling: ceiling) == 209_715)
+        #expect(LowPriorityWindow.target(capacity: Double(8 << 20), lows: 1, rtt: 0.000_1, ceiling: ceiling) == 83_886)
+        #expect(LowPriorityWindow.target(capacity: Double(64 << 10), lows: 1, rtt: 30, ceiling: ceiling) == 128 << 10)
+    }
+
+    @Test("the limiter sizes a low window from its measured capacity and the low transfers that want bytes")
+    func limiterLowWindow() {
+        let limiter = RateLimiter(limits: RateLimits())
+        let ceiling = 256 << 10
+        let lows = (0..<4).map { _ in TransferThrottle(limiter: limiter, trafficClass: .background, perTransfer: nil, priority: .low, now: 0) }
+        // Nothing measured: the ceiling.
+        #expect(lows[0].lowWindow(rtt: 0.05, ceiling: ceiling, now: 0) == ceiling)
+        // 4 MiB/s measured over two seconds.
+        var now = 0.0
+        while now < 2 {
+            for low in lows {
+                _ = low.wait(now: now)
+                low.take(64 << 10, now: now)
+            }
+            now += 0.0625
+        }
+        let capacity = limiter.contention.capacity ?? 0
+        #expect(capacity > 3.5 * Double(1 << 20) && capacity < 4.5 * Double(1 << 20), "\(capacity)")
+        #expect(lows[0].lowWindow(rtt: 0.05, ceiling: ceiling, now: now) == LowPriorityWindow.target(capacity: capacity, lows: 4, rtt: 0.05, ceiling: ceiling))
+        // Two of them stop asking: after the mix's 3 s, the other two share the capacity.
+        for _ in 0..<56 {
+            for low in lows.prefix(2) {
+                _ = low.wait(now: now)
+                low.take(128 << 10, now: now)
+            }
+            now += 0.0625
+        }
+        let later = limiter.contention.capacity ?? 0
+        #expect(lows[0].lowWindow(rtt: 0.05, ceiling: ceiling, now: now) == LowPriorityWindow.target(capacity: later, lows: 2, rtt: 0.05, ceiling: ceiling))
+        // Without a limiter: the ceiling.
+        let alone = TransferThrottle(limiter: nil, trafficClass: .background, perTransfer: nil, priority: .low, now: 0)
+        #expect(alone.lowWindow(rtt: 0.05, ceiling: ceiling, now: 0) == ceiling)
     }
 }
