@@ -11,7 +11,9 @@ import Foundation
 /// `stopTransfer`, `removePartialData`, `takeLease`, or wait (`retry(at:)`,
 /// `resumeWhenFree(atLeast:)`). The shell (`PaymentQueue`) performs each action and infers
 /// nothing from the state. The agent's maintenance, `courier resume --stalled`, `courier list`'s
-/// stall column and the pipeline's claim all ask the same machine, so they cannot disagree.
+/// stall column, the pipeline's claim and the reconciliation with the run's catalog
+/// (`reconcile`: keep, relocate, retarget or redeliver) all ask the same machine, so they
+/// cannot disagree.
 ///
 /// An event that does not apply throws `CourierError(.invalidState)`; one that is already
 /// satisfied (pausing a paused download) changes nothing and returns no action.
