@@ -17,7 +17,8 @@ extension DownloadLifecycleTests {
         machine(.waiting), machine(.active), machine(.paused, pauseReason: .user),
         machine(.paused, pauseReason: .interrupted, error: .interrupted),
         machine(.paused, pauseReason: .insufficientSpace, error: .insufficientSpace), machine(.failed, error: .network),
-        machine(.failed, error: .integrity), machine(.cancelled), Machine(state: .finished, contentURL: URL(fileURLWithPath: "/c")),
+        machine(.failed, error: .integrity), machine(.cancelled),
+        Machine(state: .finished, contentURL: URL(fileURLWithPath: "/c")),
     ]
 
     /// Every combination of the catalog's facts besides the lease and the transaction.

@@ -27,7 +27,8 @@ struct ReconcileShellTests {
         let partial = URL(fileURLWithPath: download.partialPath)
         let journals = DatabaseJournalStore(store: queue.store)
         try Data("pay".utf8).write(to: partial)
-        try journals.save(ResumeJournal(downloadId: download.id, url: download.url, etag: "\"e\"", totalLength: 7, durableOffset: 3))
+        try journals.save(
+            ResumeJournal(downloadId: download.id, url: download.url, etag: "\"e\"", totalLength: 7, durableOffset: 3))
         try queue.pause([download.id])
 
         // Another origin serving the same bytes: its validator says nothing there.
