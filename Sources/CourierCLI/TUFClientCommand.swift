@@ -28,15 +28,15 @@ struct TUFClientCommand: AsyncParsableCommand {
     @Option(name: .customLong("target-dir"), help: "Where downloaded targets go.")
     var targetDirectory: String?
 
-    @Flag(name: .shortAndLong, help: "Debug logs on standard error.")
-    var verbose: Int
+    @OptionGroup var global: GlobalOptions
 
     @Argument(help: "init ROOT | refresh | download")
     var words: [String] = []
 
     func run() async throws {
-        var logger = Logger(label: "courier.tuf")
-        logger.logLevel = verbose > 0 ? .debug : .info
+        var logger = global.logger("courier.tuf", default: .info)
+        // -v: the client's debug logs (each metadata file and check), as the protocol's clients give.
+        if global.verbose { logger.logLevel = .debug }
         do {
             try await perform(logger: logger)
         } catch {
@@ -81,7 +81,8 @@ struct TUFClientCommand: AsyncParsableCommand {
 
     private func makeUpdater(store: TUFMetadataStore, logger: Logger) throws -> TUFUpdater {
         guard let metadataURL, let url = URL(string: metadataURL) else { throw ValidationError("--metadata-url is needed") }
-        let transport = try CurlHTTPTransport()
+        // The configuration's transfer settings (proxy, timeouts), as every command's requests.
+        let transport = try CourierCore.httpTransport(transfer: global.loadConfiguration().transfer)
         return try TUFUpdater(
             store: store, metadataURL: url, targetsURL: targetBaseURL.flatMap(URL.init(string:)), transport: transport,
             logger: logger)

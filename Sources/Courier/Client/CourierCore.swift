@@ -78,7 +78,14 @@ public struct CourierCore: Sendable {
 
     /// An HTTP transport for one-shot requests (legacy receipts, catalogs) with the transfer settings.
     public func httpTransport() throws -> any HTTPTransport {
-        try CurlHTTPTransport(configuration: configuration.transfer)
+        try Self.httpTransport(transfer: configuration.transfer)
+    }
+
+    /// An HTTP transport for one-shot requests with the transfer settings `transfer` (proxy,
+    /// timeouts, plain http): the one place a front end gets one, for a command that has a
+    /// configuration but no store (`courier tuf-client`) as for the core's own parts.
+    public static func httpTransport(transfer: TransferConfiguration) throws -> any HTTPTransport {
+        try CurlHTTPTransport(configuration: transfer)
     }
 
     /// A transfer engine with the transfer settings (a command's own adjustments, such as

@@ -14,15 +14,16 @@ public final class PrestageRunner: Sendable {
         configuration: CourierConfiguration, layout: StorageLayout, tree: any StagingTree, jobs: Int,
         workerName: String = "worker", logger: Logger
     ) throws {
-        var transfer = configuration.transfer
-        transfer.maxConcurrentTransfers = jobs
-        transfer.maxTransfersPerHost = jobs
-        engine = try TransferEngine(configuration: transfer, logger: logger)
+        // The parts come from the core, as every front end's do, with `jobs` transfers at once.
+        var configuration = configuration
+        configuration.transfer.maxConcurrentTransfers = jobs
+        configuration.transfer.maxTransfersPerHost = jobs
+        let core = CourierCore(configuration: configuration, layout: layout, logger: logger)
+        engine = try core.transferEngine()
         // A stale catalog served from the cache is worth a warning even when the log is quiet.
         var catalogLogger = logger
         catalogLogger.logLevel = min(logger.logLevel, .warning)
-        catalogLoader = CatalogLoader(
-            transport: engine.httpTransport, layout: layout, trust: configuration.resolvedCatalogTrust, logger: catalogLogger)
+        catalogLoader = try core.logging(to: catalogLogger).catalogLoader(transport: engine.httpTransport)
         self.tree = tree
         job = PrestageJob(
             tree: tree, fetcher: TransferPackageFetcher(engine: engine),

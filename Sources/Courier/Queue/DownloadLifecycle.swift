@@ -11,7 +11,9 @@ import Foundation
 /// `stopTransfer`, `removePartialData`, `takeLease`, or wait (`retry(at:)`,
 /// `resumeWhenFree(atLeast:)`). The shell (`PaymentQueue`) performs each action and infers
 /// nothing from the state. The agent's maintenance, `courier resume --stalled`, `courier list`'s
-/// stall column and the pipeline's claim all ask the same machine, so they cannot disagree.
+/// stall column, the pipeline's claim and the reconciliation with the run's catalog
+/// (`reconcile`: keep, relocate, retarget or redeliver) all ask the same machine, so they
+/// cannot disagree.
 ///
 /// An event that does not apply throws `CourierError(.invalidState)`; one that is already
 /// satisfied (pausing a paused download) changes nothing and returns no action.
@@ -31,6 +33,21 @@ public struct DownloadLifecycle: Sendable, Equatable {
         /// Nothing to do until the storage's file system has `atLeast` bytes free
         /// (`SpaceRule.needed`): resuming sooner would only pause it again.
         case resumeWhenFree(atLeast: Int64)
+        /// Take the run's catalog's URL, mirrors, manifest, placement, unpacked length and classes
+        /// in place (`reconcile`, the same package): the state, journal and partial file stay.
+        case relocate
+        /// Forget the partial file's validator (ETag, Last-Modified): it came from another origin
+        /// and says nothing of the new one's bytes (the range is asked for without `If-Range`,
+        /// and the package's SHA-256 decides).
+        case clearValidator
+        /// Point the download at the run's catalog's package, another than the one it holds: all
+        /// its fields, no lease, the journal reset (`reconcile`).
+        case retarget
+        /// As `retarget`, for content that was delivered once and is gone (a restore). Its
+        /// transaction is not touched: finished once, announced once.
+        case redeliver
+        /// Add a download of the catalog's package, waiting: the store has none (`reconcileMissing`).
+        case add
     }
 
     /// What can happen to a download.
@@ -73,6 +90,18 @@ public struct DownloadLifecycle: Sendable, Equatable {
         /// and a re-run `deliver` once): resumes it if its stall reason allows, now or when
         /// `review` says.
         case review(Review)
+        /// The run's catalog names the download's content (`PaymentQueue.reconcile`), with what
+        /// the shell found around it. An active download, another live process's, and any of a
+        /// failed transaction are left alone. With `redeliverMissing`, a finished download whose
+        /// content is not in place, or a cancelled one whose transaction finished, waits again
+        /// for the catalog's package (`redeliver`, its partial data dropped); a cancelled one
+        /// whose content is in place stays as it is. Any other stopped download follows the
+        /// catalog: for the same package it takes the changed fields in place (`relocate`,
+        /// keeping its state and partial data; `clearValidator` first when the validator does not
+        /// apply at the new URL); for another package it is pointed at it (`retarget`,
+        /// `removePartialData`) and waits again, unless it was cancelled (the user's) or is a
+        /// pending update (to the package `courier update` chose).
+        case reconcile(CatalogFacts)
     }
 
     /// The lease on a download, as its shell found it.
@@ -391,7 +420,38 @@ public struct DownloadLifecycle: Sendable, Equatable {
             return claim(lease)
         case (.review(let review), _):
             return self.review(review)
+        case (.reconcile(let facts), _):
+            return reconcile(facts)
         }
+    }
+
+    /// `.reconcile`: whether and how a stored download follows the run's catalog.
+    private mutating func reconcile(_ facts: CatalogFacts) -> [Action] {
+        guard facts.transaction != .failed else { return [] }
+        if case .live = facts.lease { return [] }  // another live process works it (or is about to)
+        switch state {
+        case .active:
+            return []
+        case .finished:
+            guard facts.redeliverMissing, !facts.contentPlaced else { return [] }
+        case .cancelled where facts.redeliverMissing && facts.transaction == .finished:
+            guard !facts.contentPlaced else { return [] }
+        case .waiting, .paused, .failed, .cancelled:
+            if facts.samePackage {
+                guard !facts.changed.isEmpty else { return [] }
+                return facts.validatorApplies ? [.relocate] : [.clearValidator, .relocate]
+            }
+            guard !facts.pendingUpdate else { return [] }
+            if state != .cancelled {
+                move(to: .waiting)
+                contentURL = nil
+            }
+            return [.retarget, .removePartialData]
+        }
+        // Content delivered once and gone: the catalog's package again, from zero.
+        move(to: .waiting)
+        contentURL = nil
+        return [.redeliver, .removePartialData]
     }
 
     /// `.claim`: a waiting download, one paused by an interruption, or an active one whose owner

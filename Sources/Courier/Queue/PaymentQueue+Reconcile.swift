@@ -43,6 +43,10 @@ extension PaymentQueue {
     ///
     /// On-demand content the store has no download of is added only when `requested` names it
     /// (`CourierClient.openContent`): a restore does not fetch what nobody asked for.
+    ///
+    /// The lifecycle makes each of these decisions (`DownloadLifecycle.Event.reconcile`,
+    /// `DownloadLifecycle.reconcileMissing`); this shell reads the facts and performs the
+    /// actions, in one database transaction.
     @discardableResult
     public func reconcile(_ content: [QueuedContent], redeliverMissing: Bool, requested: Set<String> = []) throws
         -> Reconciliation
@@ -55,53 +59,38 @@ extension PaymentQueue {
             var result = Reconciliation()
             let now = Date()
             for item in content {
-                guard let transaction = try QueueStore.fetchTransaction(db, id: item.transactionId),
-                    transaction.state != .failed
-                else { continue }
+                guard let transaction = try QueueStore.fetchTransaction(db, id: item.transactionId) else { continue }
                 let id = DownloadRecord.makeId(transactionId: item.transactionId, contentIdentifier: item.contentIdentifier)
-                guard var record = try QueueStore.fetchDownload(db, id: id) else {
-                    guard redeliverMissing, item.delivery != .onDemand || requested.contains(item.contentIdentifier),
-                        try !self.contentIsPlaced(db, item.contentIdentifier)
-                    else { continue }
-                    let download = self.newDownload(of: item, at: now)
-                    try QueueStore.insert(db, download: download)
-                    result.redelivered.append(download)
+                let stored = try QueueStore.fetchDownload(db, id: id)
+                // The facts; the lifecycle decides (`DownloadLifecycle.Event.reconcile`).
+                var facts = DownloadLifecycle.CatalogFacts(
+                    transaction: transaction.state, contentPlaced: try self.contentIsPlaced(db, item.contentIdentifier),
+                    redeliverMissing: redeliverMissing, onDemand: item.delivery == .onDemand,
+                    requested: requested.contains(item.contentIdentifier))
+                guard var record = stored else {
+                    for case .add in DownloadLifecycle.reconcileMissing(facts) {
+                        let download = self.newDownload(of: item, at: now)
+                        try QueueStore.insert(db, download: download)
+                        result.redelivered.append(download)
+                    }
                     continue
                 }
-                if let lease = try LeaseManager.lease(db, downloadId: id), lease.owner.token != self.leases.owner.token,
-                    !lease.isStale(host: self.leases.owner.host)
-                {
-                    continue  // another live process works it (or is about to)
-                }
-                let samePackage = record.sha256 == item.sha256.lowercased() && record.length == item.length
-                switch record.state {
-                case .active:
-                    continue
-                case .finished:
-                    guard redeliverMissing, try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
-                    record = try self.retarget(db, record, to: item, updateFrom: nil, wait: true, now: now)
-                    self.removePartialData(id)
-                    result.redelivered.append(record)
-                case .cancelled where redeliverMissing && transaction.state == .finished:
-                    guard try !self.contentIsPlaced(db, item.contentIdentifier) else { continue }
-                    record = try self.retarget(db, record, to: item, updateFrom: nil, wait: true, now: now)
-                    self.removePartialData(id)
-                    result.redelivered.append(record)
-                case .waiting, .paused, .failed, .cancelled:
-                    if samePackage {
-                        guard
-                            record.url != item.url || record.mirrors != item.mirrors || record.manifest != item.manifest
-                                || record.placement != item.placement || record.unpackedLength != item.unpackedLength
-                                || record.delivery != item.delivery || record.preservation != item.preservation
-                        else { continue }
-                        // The old origin's validator says nothing about the new one's bytes: the
-                        // range is asked for without `If-Range`, and the package's SHA-256 decides.
-                        if !TransferEngine.validatorApplies(from: record.url, to: item.url) {
-                            try db.execute(
-                                sql: "UPDATE downloads SET etag = NULL, lastModified = NULL WHERE id = ?", arguments: [id])
-                            record.etag = nil
-                            record.lastModified = nil
-                        }
+                facts.lease = self.leaseFact(try LeaseManager.lease(db, downloadId: id), now: now)
+                facts.samePackage = record.sha256 == item.sha256.lowercased() && record.length == item.length
+                facts.pendingUpdate = record.isUpdate
+                facts.changed = record.catalogChanges(to: item)
+                facts.validatorApplies = TransferEngine.validatorApplies(from: record.url, to: item.url)
+                var machine = DownloadLifecycle(record: record)
+                for action in try machine.handle(.reconcile(facts)) {
+                    switch action {
+                    case .persist:
+                        record.apply(machine, at: now)
+                        try QueueStore.updateState(db, download: record)
+                    case .clearValidator:
+                        try db.execute(sql: "UPDATE downloads SET etag = NULL, lastModified = NULL WHERE id = ?", arguments: [id])
+                        record.etag = nil
+                        record.lastModified = nil
+                    case .relocate:
                         record.url = item.url
                         record.mirrors = item.mirrors
                         record.manifest = item.manifest
@@ -113,14 +102,16 @@ extension PaymentQueue {
                         record.updatedAt = now
                         try QueueStore.retarget(db, download: record)
                         result.relocated.append(record)
-                    } else {
-                        // A pending update names the newer package `courier update` chose; the
-                        // entitlement's catalog content is not necessarily it.
-                        guard !record.isUpdate else { continue }
-                        record = try self.retarget(
-                            db, record, to: item, updateFrom: nil, wait: record.state != .cancelled, now: now)
-                        self.removePartialData(id)
+                    case .retarget:
+                        record = try self.retarget(db, record, to: item, now: now)
                         result.retargeted.append(record)
+                    case .redeliver:
+                        record = try self.retarget(db, record, to: item, now: now)
+                        result.redelivered.append(record)
+                    case .removePartialData:
+                        self.removePartialData(id)
+                    case .add, .stopTransfer, .takeLease, .retry, .resumeWhenFree:
+                        continue  // not answers to `.reconcile`
                     }
                 }
             }
@@ -175,20 +166,28 @@ extension PaymentQueue {
                 url: record.url, sha256: record.sha256, length: record.length, version: record.version, placement: record.placement,
                 unpackedLength: record.unpackedLength, mirrors: record.mirrors, manifest: record.manifest,
                 delivery: record.delivery, preservation: record.preservation)
+            let now = Date()
+            var waiting = record
+            var machine = DownloadLifecycle(record: record)
+            let actions = try machine.handle(.retarget)
+            if actions.contains(.persist) {
+                waiting.apply(machine, at: now)
+                try QueueStore.updateState(db, download: waiting)
+            }
             // Before it waits again (see `reconcile`): no worker can have claimed it yet.
-            self.removePartialData(downloadId)
-            let waiting = try self.retarget(db, record, to: content, updateFrom: nil, wait: true, now: Date())
+            if actions.contains(.removePartialData) { self.removePartialData(downloadId) }
+            waiting = try self.retarget(db, waiting, to: content, now: now)
             return (waiting, [.updatedDownloads([waiting])])
         }
         return record
     }
 
-    /// Points `record` at `content` in the caller's transaction: the catalog's fields, no partial
-    /// data or journal (the caller removes the files in the same commit), and, when `wait`, waiting
-    /// for a worker (the state machine's `retarget`). Returns the record as stored.
-    private func retarget(
-        _ db: Database, _ record: DownloadRecord, to content: QueuedContent, updateFrom: String?, wait: Bool, now: Date
-    ) throws -> DownloadRecord {
+    /// Points `record` at `content` in the caller's transaction, once the lifecycle's state is
+    /// persisted: the catalog's fields, no lease, no journal (the caller removes the files in the
+    /// same commit: the lifecycle's `removePartialData`). Returns the record as stored.
+    private func retarget(_ db: Database, _ record: DownloadRecord, to content: QueuedContent, now: Date) throws
+        -> DownloadRecord
+    {
         var record = record
         record.url = content.url
         record.sha256 = content.sha256.lowercased()
@@ -200,17 +199,12 @@ extension PaymentQueue {
         record.manifest = content.manifest
         record.delivery = content.delivery
         record.preservation = content.preservation
-        record.updateFrom = updateFrom
+        record.updateFrom = nil
         record.source = nil
         record.updatedAt = now
         try QueueStore.retarget(db, download: record)
-        if wait {
-            var machine = DownloadLifecycle(record: record)
-            _ = try machine.handle(.retarget)
-            record.apply(machine, at: now)
-            try QueueStore.updateState(db, download: record)
-        }
         try QueueStore.deleteLease(db, downloadId: record.id)
+        // After the state: a download that leaves `finished` loses its progress too.
         try QueueStore.resetJournal(db, downloadId: record.id, now: now)
         return try QueueStore.fetchDownload(db, id: record.id) ?? record
     }
@@ -237,5 +231,21 @@ extension PaymentQueue {
             let identifiers = try String.fetchAll(db, sql: "SELECT contentIdentifier FROM delivered_content ORDER BY contentIdentifier")
             return try Set(identifiers.filter { try !self.contentIsPlaced(db, $0) })
         }
+    }
+}
+
+extension DownloadRecord {
+    /// The fields in which `content` (the run's catalog) differs from this download, besides
+    /// its package: what `reconcile` relocates.
+    func catalogChanges(to content: QueuedContent) -> Set<DownloadLifecycle.CatalogField> {
+        var changed: Set<DownloadLifecycle.CatalogField> = []
+        if url != content.url { changed.insert(.url) }
+        if mirrors != content.mirrors { changed.insert(.mirrors) }
+        if manifest != content.manifest { changed.insert(.manifest) }
+        if placement != content.placement { changed.insert(.placement) }
+        if unpackedLength != content.unpackedLength { changed.insert(.unpackedLength) }
+        if delivery != content.delivery { changed.insert(.delivery) }
+        if preservation != content.preservation { changed.insert(.preservation) }
+        return changed
     }
 }

@@ -441,6 +441,8 @@ public final class PaymentQueue: Sendable {
             case .stopTransfer: stopWorker(downloadId)
             case .removePartialData: removePartialData(downloadId)
             case .persist, .takeLease, .retry, .resumeWhenFree: continue
+            // `reconcile`'s, performed in its own transaction.
+            case .relocate, .clearValidator, .retarget, .redeliver, .add: continue
             }
         }
     }

@@ -44,6 +44,41 @@ struct TUFClientCLITests {
         #expect(try CourierBinary.run(missing).status == 1)
     }
 
+    /// Its requests take the configuration's transfer settings, as every command's do (the
+    /// client core's transport factory), not a transport of its own with the defaults.
+    @Test(
+        "the configuration's transfer.proxy carries its metadata and target requests",
+        .enabled(if: ForwardProxy.isAvailable, "python3 is not installed"))
+    func configuredProxy() throws {
+        let directory = try TemporaryDirectory(prefix: "courier-tufproxy")
+        defer { directory.remove() }
+        var repo = try TUFTestRepository(folder: directory.appending("repo"))
+        try repo.addTarget("file.txt", Data("hello".utf8))
+        try repo.publish()
+        let nginx = try NginxServer(root: repo.folder)
+        defer { nginx.stop() }
+        let proxy = try ForwardProxy()
+        defer { proxy.stop() }
+        let metadata = directory.appending("client")
+        try FileManager.default.createDirectory(at: metadata, withIntermediateDirectories: true)
+        let root = directory.appending("root.json")
+        try repo.roots[1]!.write(to: root)
+        #expect(try CourierBinary.run(["tuf-client", "--metadata-dir", metadata.path, "init", root.path]).status == 0)
+        let config = directory.appending("courier.json")
+        try Data(#"{"transfer": {"proxy": "\#(proxy.url)"}}"#.utf8).write(to: config)
+        let download = try CourierBinary.run([
+            "tuf-client", "--config", config.path, "--metadata-dir", metadata.path, "--metadata-url",
+            nginx.url("/metadata").absoluteString, "--target-name", "file.txt", "--target-base-url",
+            nginx.url("/targets").absoluteString, "--target-dir", directory.appending("out").path, "download",
+        ])
+        #expect(download.status == 0, "\(download.stderr)")
+        #expect(try Data(contentsOf: directory.appending("out/file.txt")) == Data("hello".utf8))
+        let requests = proxy.requests
+        #expect(requests.contains { $0.hasPrefix("GET \(nginx.url("/metadata").absoluteString)") }, "\(requests)")
+        #expect(requests.contains { $0.hasPrefix("GET \(nginx.url("/targets").absoluteString)") }, "\(requests)")
+        #expect(requests.contains { $0.contains("timestamp.json") }, "\(requests)")
+    }
+
     @Test("8 processes refreshing one trusted metadata folder at once, fresh and mid-rotation: all succeed, one state")
     func concurrentRefresh() throws {
         let directory = try TemporaryDirectory(prefix: "courier-tufmany")
