@@ -63,6 +63,13 @@ struct PriorityShare: Sendable {
         /// bottleneck (`OriginContention`); nil: not held back that way.
         var originCredit: TokenBucket?
 
+        /// Counts `bytes` it received at `now`.
+        mutating func received(_ bytes: Int, now: Double) {
+            lastSeen = now
+            credit.take(bytes, now: now)
+            originCredit?.take(bytes, now: now)
+        }
+
         /// Whether it wants bytes at `now`: it asked within `within` seconds, or waits on a limit.
         func isActive(now: Double, within: Double = PriorityShare.dormantAfter) -> Bool {
             now - max(lastSeen, heldUntil) <= within
@@ -108,19 +115,22 @@ struct PriorityShare: Sendable {
     /// the shared buckets hold a surplus (at least half full: nobody is using them up; 0: they
     /// do now). A member without credit asks again by then, to take what the others leave.
     mutating func wait(_ id: UInt64, rate: Double, untilSurplus: Double, now: Double) -> Double {
-        members[id]?.lastSeen = now
+        guard let before = members.index(forKey: id) else { return 0 }
+        members.values[before].lastSeen = now
         rebalance(rate: rate, now: now)
-        guard var member = members[id] else { return 0 }
-        let wait = member.credit.wait(now: now)
-        members[id] = member
+        // Looked up again: `rebalance` may have copied the storage its index pointed into.
+        guard let index = members.index(forKey: id) else { return 0 }
+        let wait = members.values[index].credit.wait(now: now)
         return min(wait, max(0, untilSurplus))
     }
 
-    /// Counts `bytes` member `id` received.
-    mutating func take(_ id: UInt64, _ bytes: Int, now: Double) {
-        members[id]?.lastSeen = now
-        members[id]?.credit.take(bytes, now: now)
-        members[id]?.originCredit?.take(bytes, now: now)
+    /// Counts `bytes` member `id` received; its priority (nil: it left). One lookup: this runs
+    /// for every chunk every transfer receives.
+    @discardableResult
+    mutating func take(_ id: UInt64, _ bytes: Int, now: Double) -> DownloadPriority? {
+        guard let index = members.index(forKey: id) else { return nil }
+        members.values[index].received(bytes, now: now)
+        return members.values[index].priority
     }
 
     /// Member `id` was told to wait until `until` (it still wants bytes meanwhile).
@@ -163,20 +173,21 @@ struct PriorityShare: Sendable {
     /// one (0: now, or it is at the top, or there is no budget). Its part is by weight, over the
     /// members below the top that want bytes.
     mutating func originWait(_ id: UInt64, budget: Double?, mix: OriginContention.Mix?, now: Double) -> Double {
-        guard var member = members[id] else { return 0 }
-        defer { members[id] = member }
-        guard let budget, let mix, member.priority < mix.top else {
-            member.originCredit = nil
+        // In place, by index: this runs for every chunk every transfer receives.
+        guard let index = members.index(forKey: id) else { return 0 }
+        let priority = members.values[index].priority
+        guard let budget, let mix, priority < mix.top else {
+            if members.values[index].originCredit != nil { members.values[index].originCredit = nil }
             return 0
         }
-        let weight = member.priority.weight
+        let weight = priority.weight
         let part = Int64(max(1, min(budget * weight / max(mix.belowWeight, weight), Double(Int64.max / 2))))
-        if member.originCredit == nil {
-            member.originCredit = TokenBucket(rate: part, now: now)
-        } else if member.originCredit?.rate != Double(part) {
-            member.originCredit?.setRate(part, now: now)
+        if members.values[index].originCredit == nil {
+            members.values[index].originCredit = TokenBucket(rate: part, now: now)
+        } else if members.values[index].originCredit?.rate != Double(part) {
+            members.values[index].originCredit?.setRate(part, now: now)
         }
-        return member.originCredit?.wait(now: now) ?? 0
+        return members.values[index].originCredit?.wait(now: now) ?? 0
     }
 
     /// Sets every member's credit rate to its share when the rate or the weights of the members

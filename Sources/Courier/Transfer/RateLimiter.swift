@@ -215,9 +215,8 @@ package final class RateLimiter: Sendable {
             refresh(&state, now: now)
             state.global?.take(bytes, now: now)
             if trafficClass == .background { state.background?.take(bytes, now: now) }
-            if let member {
-                state.share.take(member, bytes, now: now)
-                if let priority = state.share.priority(of: member) { state.contention.record(bytes, priority: priority, now: now) }
+            if let member, let priority = state.share.take(member, bytes, now: now) {
+                state.contention.record(bytes, priority: priority, now: now)
             }
         }
     }
