@@ -196,8 +196,9 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     /// The keys of the configuration file `data` that no setting reads, in file order by section
     /// (empty when `data` is not a valid configuration). Pure: no I/O, safe on hostile bytes.
     ///
-    /// Each key is probed: its value is replaced by an object holding a marker, then by a
-    /// string; if the file still decodes both times, nothing read the key.
+    /// A key the defaults write out is read. Any other key is probed: its value is replaced by
+    /// an object holding a marker, then by a string; if the file still decodes both times,
+    /// nothing read the key.
     package static func unknownKeys(in data: Data) -> [UnknownKey] {
         guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
             decodes(root)
@@ -208,10 +209,13 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
             for key in object.keys.sorted() {
                 let keyPath = path + [key]
                 let section = path.joined(separator: ".")
-                // Two probes, as a setting may accept an object (a section) or a string.
-                let read = [["\u{0}courier-probe": true] as Any, "\u{0}courier-probe" as Any].contains { probe in
-                    !decodes(replacing(keyPath, in: root, with: probe))
-                }
+                // A key the defaults write is read. Any other (a typo, an alias a decoder also
+                // accepts, a key of a free-form map) is probed twice, as a setting may accept an
+                // object (a section) or a string. Probing every key decoded the whole file twice
+                // per key, ~40 M instructions at every command's start for a dozen keys.
+                let read =
+                    known[section]?.contains(key) == true
+                    || isRead(keyPath, in: root)
                 if read {
                     if let nested = object[key] as? [String: Any] { visit(nested, path: keyPath) }
                     continue
@@ -222,6 +226,15 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         }
         visit(root, path: [])
         return unknown
+    }
+
+    /// Whether a setting reads the key at `keyPath` of the configuration object `root` (which
+    /// decodes): its value is replaced by an object holding a marker, then by a string, and
+    /// the file no longer decodes at least once.
+    package static func isRead(_ keyPath: [String], in root: [String: Any]) -> Bool {
+        [["\u{0}courier-probe": true] as Any, "\u{0}courier-probe" as Any].contains { probe in
+            !decodes(replacing(keyPath, in: root, with: probe))
+        }
     }
 
     private static func decodes(_ object: [String: Any]) -> Bool {
@@ -240,23 +253,9 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         return copy
     }
 
-    /// The keys of each section, by dotted path, from the defaults written out (for suggestions).
-    private static func knownKeys() -> [String: Set<String>] {
-        var defaults = CourierConfiguration()
-        defaults.catalog = ""
-        defaults.catalogTrust = CatalogTrustConfiguration(
-            trustedRoot: "", metadataURL: "", targetsURL: "", targetName: "", allowUnsigned: true)
-        defaults.transfer.proxy = ""
-        defaults.transfer.maxRate = try? ByteRate(bytesPerSecond: 1)
-        defaults.transfer.backgroundMaxRate = try? ByteRate(bytesPerSecond: 1)
-        defaults.transfer.limitRate = try? ByteRate(bytesPerSecond: 1)
-        defaults.queue.finishWebhook = ""
-        defaults.serve.state = ""
-        defaults.serve.content = ""
-        defaults.serve.catalog = ""
-        defaults.serve.limitRate = 1
-        defaults.serve.metricsPort = 0
-        defaults.serve.maxTokenAge = 1
+    /// The keys of each section, by dotted path, from the defaults written out: read without a
+    /// probe, and the suggestions for a typo.
+    package static func knownKeys() -> [String: Set<String>] {
         var sections: [String: Set<String>] = [:]
         func visit(_ object: [String: Any], path: String) {
             sections[path, default: []].formUnion(object.keys)
@@ -264,11 +263,34 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
                 if let nested = value as? [String: Any] { visit(nested, path: path.isEmpty ? key : path + "." + key) }
             }
         }
-        if let data = try? JSONEncoder().encode(defaults), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
-            visit(object, path: "")
-        }
+        visit(writtenDefaults(), path: "")
         sections["receipts.verifyReceipt", default: []].insert("sharedSecret")
         return sections
+    }
+
+    /// The defaults written out as a configuration file's object, every optional setting given
+    /// a value so that its key appears.
+    package static func writtenDefaults() -> [String: Any] {
+        // Values that decode, so the object is a configuration too (a test probes each key).
+        var defaults = CourierConfiguration()
+        defaults.catalog = "catalog.json"
+        defaults.catalogTrust = CatalogTrustConfiguration(
+            trustedRoot: "root.der", metadataURL: "https://127.0.0.1/metadata/", targetsURL: "https://127.0.0.1/targets/",
+            targetName: "catalog.json", allowUnsigned: true)
+        defaults.transfer.proxy = "http://127.0.0.1:3128"
+        defaults.transfer.maxRate = try? ByteRate(bytesPerSecond: 1024)
+        defaults.transfer.backgroundMaxRate = try? ByteRate(bytesPerSecond: 1024)
+        defaults.transfer.limitRate = try? ByteRate(bytesPerSecond: 1024)
+        defaults.queue.finishWebhook = "https://127.0.0.1/finished"
+        defaults.serve.state = "state"
+        defaults.serve.content = "content"
+        defaults.serve.catalog = "catalog.json"
+        defaults.serve.limitRate = 1024
+        defaults.serve.metricsPort = 9100
+        defaults.serve.maxTokenAge = 60
+        guard let data = try? JSONEncoder().encode(defaults), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return [:] }
+        return object
     }
 
     /// A decoding error in one line: what is wrong and where (`transfer.maxRetries`), not

@@ -184,6 +184,29 @@ struct NewcomerCLITests {
         #expect(CourierConfiguration.unknownKeys(in: try Data(contentsOf: shipped.standardizedFileURL)).isEmpty)
     }
 
+    @Test("every key the defaults write out is read by a setting: unknownKeys takes them without a probe")
+    func writtenKeysAreRead() throws {
+        let root = CourierConfiguration.writtenDefaults()
+        // The probe's premise: the written defaults are a configuration that decodes.
+        let data = try JSONSerialization.data(withJSONObject: root)
+        #expect(throws: Never.self) { _ = try CourierConfiguration.decode(data) }
+        var paths: [[String]] = []
+        func visit(_ object: [String: Any], _ path: [String]) {
+            for (key, value) in object {
+                paths.append(path + [key])
+                if let nested = value as? [String: Any] { visit(nested, path + [key]) }
+            }
+        }
+        visit(root, [])
+        #expect(paths.count > 40, "\(paths.count)")
+        let unread = paths.filter { !CourierConfiguration.isRead($0, in: root) }.map { $0.joined(separator: ".") }
+        #expect(unread.isEmpty, "written but not read: \(unread)")
+        // The probe is not vacuous: a key nothing reads is found.
+        #expect(!CourierConfiguration.isRead(["transfer", "notASetting"], in: root))
+        // And the file of all of them has no unknown key.
+        #expect(CourierConfiguration.unknownKeys(in: data).isEmpty)
+    }
+
     @Test("--version and -V print the version; a mistyped subcommand gets a suggestion")
     func versionAndSuggestions() throws {
         let directory = try TemporaryDirectory()
