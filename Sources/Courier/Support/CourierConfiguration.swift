@@ -168,7 +168,7 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
         } catch {
             throw CourierError(.usage, "the configuration \(file.path) is not valid", cause: Self.describe(error))
         }
-        if let unknown = unknownKeys(in: data).first {
+        if let unknown = unknownKeys(in: data, decoded: true).first {
             let section = unknown.section.isEmpty ? "at the top level" : "in section \"\(unknown.section)\""
             let hint = unknown.suggestion.map { "did you mean \"\($0)\"?" }
             throw CourierError(
@@ -200,8 +200,14 @@ public struct CourierConfiguration: Sendable, Codable, Equatable {
     /// an object holding a marker, then by a string; if the file still decodes both times,
     /// nothing read the key.
     package static func unknownKeys(in data: Data) -> [UnknownKey] {
+        unknownKeys(in: data, decoded: false)
+    }
+
+    /// `unknownKeys(in:)`; `decoded`: the caller decoded `data` already (`load`), so it is not
+    /// decoded once more to see that it is a configuration.
+    private static func unknownKeys(in data: Data, decoded: Bool) -> [UnknownKey] {
         guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            decodes(root)
+            decoded || decodes(root)
         else { return [] }
         let known = knownKeys()
         var unknown: [UnknownKey] = []
