@@ -41,7 +41,7 @@ public final class PrivateBus: @unchecked Sendable {
         try daemon.run()
         // The socket file appears at bind(), before listen(): until then a client is refused
         // (ECONNREFUSED). Ready means a connection is accepted.
-        guard Self.poll(30, { Self.accepts(socket.path) || !self.daemon.isRunning }), daemon.isRunning else {
+        guard Self.poll(30, { Loopback.acceptsUnixConnection(socket.path) || !self.daemon.isRunning }), daemon.isRunning else {
             stop()
             throw PrivateBusError("dbus-daemon did not start")
         }
@@ -119,25 +119,6 @@ public final class PrivateBus: @unchecked Sendable {
             daemon.waitUntilExit()
         }
         directory.remove()
-    }
-
-    /// Whether a unix socket at `path` accepts a connection now.
-    private static func accepts(_ path: String) -> Bool {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-            buffer.copyBytes(from: bytes)
-            buffer[bytes.count] = 0
-        }
-        let status = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        return status == 0
     }
 
     private static func poll(_ seconds: Double, _ condition: () -> Bool) -> Bool {

@@ -33,7 +33,7 @@ struct AgentShutdownTests {
                         var ok = false
                         if client % 2 == 0 {
                             // Connect and hang up at once: a child channel with nothing to read.
-                            ok = Self.connectAndClose(socket)
+                            ok = Loopback.acceptsUnixConnection(socket)
                         } else if let agentClient = try? AgentClient(socketPath: socket, timeout: 2) {
                             ok = true
                             _ = try? agentClient.send(AgentRequest(.list))
@@ -91,23 +91,5 @@ struct AgentShutdownTests {
         #expect((try? AgentClient(socketPath: StorageLayout(root: storage).agentSocket.path, timeout: 10).send(AgentRequest(.list)))?.ok == true)
         #expect(stopProcess(agent))
         #expect(agent.terminationStatus == 0)
-    }
-
-    /// Connects to the Unix socket at `path` and closes at once; false when nothing listens.
-    static func connectAndClose(_ path: String) -> Bool {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in bytes.enumerated() { raw[index] = byte }
-        }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        return result == 0
     }
 }
