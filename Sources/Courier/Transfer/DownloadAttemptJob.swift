@@ -90,7 +90,7 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
             // A bounded receive window: once it must wait, the origin stops sending to it within
             // this many bytes. On a connection of its own, so no other download inherits it.
             try CurlOption.check(courier_easy_setopt_sockopt_callback(easy, LowPriorityWindow.apply), "CURLOPT_SOCKOPTFUNCTION")
-            let connection = LowPriorityWindow.Connection(size: window)
+            let connection = LowPriorityWindow.Connection(ceiling: window)
             // Unretained: the job keeps `connection` for as long as libcurl may call back.
             try CurlOption.check(
                 courier_easy_setopt_pointer(easy, CURLOPT_SOCKOPTDATA, Unmanaged.passUnretained(connection).toOpaque()), "CURLOPT_SOCKOPTDATA")
@@ -219,7 +219,7 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
             return CurlJob.pauseReceiving
         }
         lastActivity = .now()
-        if window != nil { resizeWindow() }
+        if window != nil { resizeWindow(now: lastActivity.uptimeNanoseconds) }
         if let limit = byteLimit, bytes.count > limit - acceptedOffset - receivedBytes {
             // More than the expected or announced length: stop now, not after the whole body.
             decision = .fail(
@@ -247,17 +247,16 @@ final class DownloadAttemptJob: AwaitedJob<AttemptOutcome>, @unchecked Sendable 
     /// Sizes a low download's receive buffer to what it needs now, every half second: down as
     /// the capacity is measured (its window then bounds what still arrives once it is held), up
     /// to the ceiling if its priority was raised.
-    private func resizeWindow() {
-        guard let window, let throttle, let ceiling = LowPriorityWindow.size(configuration.lowPriorityReceiveBuffer) else { return }
-        let now = DispatchTime.now().uptimeNanoseconds
-        guard now &- windowCheckedAt >= LowPriorityWindow.interval, window.socket >= 0 else { return }
+    private func resizeWindow(now: UInt64) {
+        guard let window, let throttle, let easy, now &- windowCheckedAt >= LowPriorityWindow.interval else { return }
         windowCheckedAt = now
-        let (socket, current) = (window.socket, window.size)
+        guard let socket = window.socket(of: easy) else { return }
         let target =
             throttle.priority == .low
-            ? throttle.lowWindow(rtt: LowPriorityWindow.roundTrip(socket), ceiling: ceiling, now: Double(now) / 1e9) : ceiling
+            ? throttle.lowWindow(rtt: LowPriorityWindow.roundTrip(socket), ceiling: window.ceiling, now: Double(now) / 1e9)
+            : window.ceiling
         // Small changes are left alone: each one costs a system call and moves little.
-        guard abs(target - current) > current / 8 else { return }
+        guard abs(target - window.size) > window.size / 8 else { return }
         if LowPriorityWindow.set(socket, size: target) { window.size = target }
     }
 
@@ -383,16 +382,39 @@ enum LowPriorityWindow {
         return Int(min(Double(ceiling), max(least, bytes)))
     }
 
-    /// A low download's connection: its socket once libcurl made it, and the buffer set on it.
+    /// A low download's connection: the sockets libcurl made for it, and the buffer set on it.
     /// Used on the loop thread only (libcurl calls `apply` there).
     final class Connection: @unchecked Sendable {  // @unchecked: the loop thread only.
+        /// The ceiling set on each new socket before it connects.
+        let ceiling: Int
+        /// The buffer last set on the connection's socket.
         var size: Int
-        /// The connection's socket (-1 until made). CURLINFO_ACTIVESOCKET does not tell it while
-        /// the transfer runs in libcurl 7.88, so `apply` keeps it; the connection is never
-        /// reused (CURLOPT_FORBID_REUSE), so it belongs to this transfer until it ends.
+        /// The sockets `apply` saw, newest last. CURLINFO_ACTIVESOCKET does not tell the
+        /// connection's socket while the transfer runs in libcurl 7.88, and with both address
+        /// families (happy eyeballs) the newest socket may be the one that lost and was closed,
+        /// its number perhaps another file's since: `socket(of:)` finds the one in use.
+        var candidates: [Int32] = []
+        /// The candidate found to be the connection's (-1: not looked for since the last new one).
         var socket: Int32 = -1
 
-        init(size: Int) { self.size = size }
+        init(ceiling: Int) {
+            self.ceiling = ceiling
+            self.size = ceiling
+        }
+
+        /// The socket of the connection `easy` uses now: the candidate whose local port and peer
+        /// are the ones libcurl reports (a closed number reused since cannot match both).
+        func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
+            if socket >= 0 { return socket }
+            var local = 0
+            var remote = 0
+            guard courier_easy_getinfo_long(easy, CURLINFO_LOCAL_PORT, &local) == CURLE_OK,
+                courier_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &remote) == CURLE_OK, local > 0, remote > 0
+            else { return nil }
+            guard let found = LowPriorityWindow.matching(candidates, local: local, peer: remote) else { return nil }
+            socket = found
+            return found
+        }
     }
 
     /// CURLOPT_SOCKOPTFUNCTION: sets SO_RCVBUF on the connection's socket before it connects
@@ -401,9 +423,11 @@ enum LowPriorityWindow {
     static let apply: curl_sockopt_callback = { clientp, socket, purpose in
         guard purpose == CURLSOCKTYPE_IPCXN, let clientp else { return CURL_SOCKOPT_OK }
         let connection = Unmanaged<Connection>.fromOpaque(clientp).takeUnretainedValue()
-        connection.socket = socket
         // A refusal leaves autotuning: the download still works, only waits less promptly.
-        if !set(socket, size: connection.size) { connection.socket = -1 }
+        guard set(socket, size: connection.ceiling) else { return CURL_SOCKOPT_OK }
+        connection.candidates = Array(connection.candidates.suffix(3)) + [socket]
+        connection.socket = -1
+        connection.size = connection.ceiling
         return CURL_SOCKOPT_OK
     }
 
@@ -413,6 +437,39 @@ enum LowPriorityWindow {
     static func set(_ socket: Int32, size: Int) -> Bool {
         var value = Int32(truncatingIfNeeded: max(1, size / 2))
         return setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &value, socklen_t(MemoryLayout<Int32>.size)) == 0
+    }
+
+    /// The newest of `candidates` connected from port `local` to port `peer`; nil: none is.
+    static func matching(_ candidates: [Int32], local: Int, peer: Int) -> Int32? {
+        candidates.reversed().first { ports(of: $0).map { $0 == (local, peer) } ?? false }
+    }
+
+    /// The local and the peer's port of a TCP `socket`; nil when it is not a connected one.
+    static func ports(of socket: Int32) -> (Int, Int)? {
+        var local = sockaddr_storage()
+        var peer = sockaddr_storage()
+        var localLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        var peerLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let named = withUnsafeMutablePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &localLength) }
+        }
+        let connected = withUnsafeMutablePointer(to: &peer) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(socket, $0, &peerLength) }
+        }
+        guard named == 0, connected == 0, let localPort = port(local), let peerPort = port(peer) else { return nil }
+        return (localPort, peerPort)
+    }
+
+    private static func port(_ address: sockaddr_storage) -> Int? {
+        var address = address
+        switch Int32(address.ss_family) {
+        case AF_INET:
+            return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) } }
+        case AF_INET6:
+            return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin6_port)) } }
+        default:
+            return nil
+        }
     }
 
     /// The round trip the kernel measured as `socket` received, in seconds (tcpi_rcv_rtt, else

@@ -319,6 +319,47 @@ struct OriginContentionTests {
         #expect(LowPriorityWindow.roundTrip(fd) == nil)
     }
 
+    @Test("the low window's socket is the one connected from libcurl's local port to its peer, not merely the newest one")
+    func lowWindowSocketMatch() throws {
+        // Happy eyeballs: libcurl may open a socket per address family; the newest may be the one
+        // that lost and was closed, its number another socket's or file's since.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && listen(listener, 4) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        try #require(bound)
+        let serverPort = Int(UInt16(bigEndian: address.sin_port))
+        func client() throws -> Int32 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(fd >= 0)
+            var target = address
+            let connected = withUnsafeMutablePointer(to: &target) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            try #require(connected == 0)
+            return fd
+        }
+        let used = try client()
+        defer { close(used) }
+        let other = try client()
+        defer { close(other) }
+        let (usedPort, peer) = try #require(LowPriorityWindow.ports(of: used))
+        #expect(peer == serverPort)
+        let file = open("/dev/null", O_RDONLY)
+        defer { close(file) }
+        // The connection in use is found though newer candidates follow it.
+        #expect(LowPriorityWindow.matching([used, other, file], local: usedPort, peer: serverPort) == used)
+        #expect(LowPriorityWindow.matching([other, file], local: usedPort, peer: serverPort) == nil)
+        #expect(LowPriorityWindow.ports(of: file) == nil)
+        #expect(LowPriorityWindow.ports(of: listener) == nil)
+    }
+
     @Test("the low window is twice the low downloads' part of the capacity over a round trip, within 32 KiB and the ceiling")
     func lowWindowTarget() {
         let ceiling = 256 << 10
